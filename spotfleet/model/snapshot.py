@@ -1,0 +1,137 @@
+"""The planner's input (``Snapshot``) and output vocabulary (``Command``).
+
+``plan()`` is a pure function of a ``Snapshot`` and a clock reading: the live
+controller, the simulator and the benchmarks all build a snapshot and call the
+same function. Policies read the snapshot and return commands — data, not
+side effects; the controller's executor carries them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.model.instance import Instance
+from spotfleet.model.job import Binding, Checkpoint, Job
+from spotfleet.model.offering import Offering, Offerings
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What a node agent last said about one node of one job attempt."""
+
+    job_id: str
+    attempt: int
+    node_rank: int
+    instance_id: str
+    status: str  # started | running | exited
+    exit_code: int | None = None
+    checkpoint: Checkpoint | None = None
+    progress: Mapping[str, Any] = field(default_factory=dict)
+    reported_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPresence:
+    """When an instance's agent registered and last heartbeated."""
+
+    instance_id: str
+    registered_at: datetime
+    last_seen: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A spend-rate cap in USD/hour; ``tenant=None`` is the global cap."""
+
+    max_per_hour: float
+    tenant: str | None = None
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything the planner may look at, read at one instant.
+
+    ``jobs`` and ``instances`` are the non-terminal ones (plus instances that
+    terminated during this step). ``observed`` is what the providers reported
+    this step (``None`` when a provider was not listed this step: absence of
+    evidence then means nothing).
+    """
+
+    now: datetime
+    jobs: dict[str, Job]
+    instances: dict[str, Instance]
+    offerings: Offerings
+    reports: dict[tuple[str, int, int], NodeReport] = field(default_factory=dict)
+    presence: dict[str, AgentPresence] = field(default_factory=dict)
+    events: list[InstanceEvent] = field(default_factory=list)
+    unavailable: dict[str, datetime] = field(default_factory=dict)  # offering key -> until
+    budgets: tuple[Budget, ...] = ()
+
+    def usable_offerings(self) -> Offerings:
+        """Offerings not marked unavailable by a recent capacity error."""
+        now = self.now
+        return self.offerings.where(lambda o: o.available and self.unavailable.get(o.key, now) <= now)
+
+    def jobs_on(self, instance_id: str) -> list[Job]:
+        return [j for j in self.jobs.values() if not j.terminal and instance_id in j.instance_ids]
+
+
+# ---------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Place a pending job: one binding per node."""
+
+    job_id: str
+    bindings: tuple[Binding, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Buy one instance of ``offering`` (alternatives are acceptable substitutes).
+
+    ``instance_id`` is the controller's id for the new instance; jobs may be bound
+    to it in the same plan (they wait for it in BOUND).
+    """
+
+    instance_id: str
+    offering: Offering
+    alternatives: tuple[Offering, ...] = ()
+    reason: str = ""
+    placement_group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """Give an instance back. Never issued for an instance holding a
+    non-interruptible job (plan validation enforces it)."""
+
+    instance_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Cordon an instance and ask its jobs to checkpoint and leave."""
+
+    instance_id: str
+    reason: str
+    kind: NoticeKind | None = None
+    deadline: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Ask one job to checkpoint and go back to the queue (never a kill)."""
+
+    job_id: str
+    reason: str
+
+
+Command = Bind | Launch | Terminate | Drain | Preempt
