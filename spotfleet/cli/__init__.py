@@ -1,0 +1,1 @@
+"""The ``spotfleet`` command line (typer + rich)."""
