@@ -58,6 +58,7 @@ class SimInstance:
     request_id: str
     launched_at: datetime
     zone_key: str | None  # the trace it lives on; None for catalog offerings
+    agent_token: str = ""  # what its node agent would present (the simulator plays the agent)
     ended_at: datetime | None = None
     reclaim_at: datetime | None = None  # decided reclaim (notice given or pending)
     reclaimed: bool = False
@@ -229,6 +230,15 @@ class SimProvider:
             )
         return out
 
+    def live(self) -> list[SimInstance]:
+        """Instances not yet terminated (the simulator runs their agents)."""
+        now = self._advance()
+        return [i for i in self._instances.values() if i.ended_at is None or i.ended_at > now]
+
+    def instance(self, provider_id: str) -> SimInstance:
+        self._advance()
+        return self._get(provider_id)
+
     def capacity(self, zone: str, *, at: datetime | None = None) -> int:
         """Free spot capacity in a traced zone (name or key) at ``at`` (default now)."""
         now = self._advance()
@@ -335,6 +345,7 @@ class SimProvider:
             request_id=request.request_id,
             launched_at=now,
             zone_key=zone.trace.key if zone is not None else None,
+            agent_token=request.bootstrap.agent_token,
         )
         self._instances[pid] = inst
         if zone is not None and offering.market is Market.SPOT:
