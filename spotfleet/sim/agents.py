@@ -85,7 +85,9 @@ class JobTrack:
         return self.started + timedelta(seconds=self.restart)
 
     def wakeups(self) -> list[datetime]:
-        return [t for t in (self.completion_at(), self.exit_at, self.productive_from()) if t is not None]
+        return [
+            t for t in (self.completion_at(), self.exit_at, self.productive_from()) if t is not None
+        ]
 
     # ------------------------------------------------------------ lifecycle
 
@@ -159,13 +161,18 @@ class JobTrack:
     def status(self, rank: int, at: datetime) -> JobStatus:
         self.update(at)
         done = self.done(at) if self.exit_code != 0 else self.work
-        progress = {"done_s": round(done, 3), "fraction": round(done / self.work, 6) if self.work else 1.0}
+        progress = {
+            "done_s": round(done, 3),
+            "fraction": round(done / self.work, 6) if self.work else 1.0,
+        }
         checkpoint = None
         if self.saved_at is not None or self.stopped_at is not None:
             when = self.stopped_at or self.saved_at
             assert when is not None
             saved = self.stop_progress if self.stopped_at is not None else self.saved
-            checkpoint = CheckpointInfo(path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when)
+            checkpoint = CheckpointInfo(
+                path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when
+            )
         exited = self.exit_at is not None and self.exit_at <= at
         return JobStatus(
             job_id=self.job_id,

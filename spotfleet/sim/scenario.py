@@ -33,7 +33,9 @@ def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.
         return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours))
     known = ", ".join(POLICY_NAMES)
     if name == "optimal":
-        raise InvalidSpec("policy", "optimal is the omniscient bound of scenario (a), not a planner policy")
+        raise InvalidSpec(
+            "policy", "optimal is the omniscient bound of scenario (a), not a planner policy"
+        )
     raise InvalidSpec("policy", f"unknown policy {name!r}; choose one of {known}")
 
 
@@ -94,7 +96,9 @@ def run_single_job(
         catalog_on_demand=base.catalog_on_demand,
         plan=base.plan,
     )
-    planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600)
+    planner = make_policy(
+        policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600
+    )
     # Run past the deadline (a late job still costs money) but not forever.
     end = deadline + timedelta(hours=max(deadline_hours, work_hours))
     result = Simulation(traces, [item], planner, start=start, end=end, settings=sim_settings).run()
@@ -113,7 +117,10 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
     window = int(window_hours * 3600 / traces.tick_seconds + 0.999999)
     last = traces.n_ticks - window
     if last < 0:
-        raise InvalidSpec("traces", f"the traces ({traces.n_ticks} ticks) are shorter than the {window_hours} h window")
+        raise InvalidSpec(
+            "traces",
+            f"the traces ({traces.n_ticks} ticks) are shorter than the {window_hours} h window",
+        )
     if count <= 1:
         return [0]
     spacing = last / (count - 1) if count > 1 else 0.0
@@ -125,5 +132,7 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
 def policy_names(names: Sequence[str]) -> list[str]:
     bad = [n for n in names if n not in POLICY_NAMES]
     if bad:
-        raise InvalidSpec("policy", f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_NAMES)}")
+        raise InvalidSpec(
+            "policy", f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_NAMES)}"
+        )
     return list(names)
