@@ -7,7 +7,8 @@ on-demand in a zone, or nothing (wait) — then reconcile: launch and bind a
 pending job onto fresh capacity for its target, drain an instance whose job
 should move to another market, and give back every empty instance at once.
 
-- ``on-demand``: never spot; the cheapest on-demand offering, from submission.
+- ``on-demand``: never spot; the cheapest on-demand offering, from submission
+  (every job, opportunistic ones included: it is the no-spot reference).
 - ``greedy`` (the baseline of Can't Be Late, Wu et al., NSDI'24): spot whenever
   spot is available (the cheapest available zone), wait otherwise; switch to
   on-demand for good once the slack is gone, i.e. once waiting one more decision
@@ -178,12 +179,16 @@ class TargetPolicy:
 
 @dataclass
 class OnDemandPolicy(TargetPolicy):
-    """Never spot."""
+    """Never spot: the reference a spot policy is compared with, so even
+    ``opportunistic`` jobs run (on on-demand) under it."""
 
     name: str = "on-demand"
 
     def target(self, job: Job, snapshot: Snapshot, *, current: Instance | None) -> Target | None:
         return Target(Market.ON_DEMAND, reason="on-demand only")
+
+    def _constrained(self, job: Job, target: Target | None) -> Target | None:
+        return target
 
 
 @dataclass

@@ -33,11 +33,12 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server
+    from spotfleet.cli import demo, jobs, server, simulate
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    simulate.register(app)
 
 
 _register()

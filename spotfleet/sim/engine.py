@@ -103,6 +103,17 @@ class SimResult:
     reclaims: int
     cost_curve: list[tuple[datetime, float]]
     on_demand_cost: float  # the same work on on-demand, one start per job (the reference line)
+    on_demand_runs: list[tuple[datetime, float, float]] = field(
+        default_factory=list
+    )  # (from, seconds, USD/h)
+
+    def on_demand_spent(self, at: datetime) -> float:
+        """The reference line: what on-demand from each arrival would have cost by ``at``."""
+        total = 0.0
+        for begin, seconds, rate in self.on_demand_runs:
+            ran = min(max((at - begin).total_seconds(), 0.0), seconds)
+            total += rate * ran / 3600.0
+        return total
 
     @property
     def cost(self) -> float:
@@ -420,6 +431,7 @@ class Simulation:
         return sum(p.cost(until=now) for p in self.providers.values())
 
     def _result(self, now: datetime) -> SimResult:
+        runs = self._on_demand_reference()
         bills = [b for p in self.providers.values() for b in p.bills(until=now)]
         outcomes = []
         for job_id, item in self.items.items():
@@ -449,17 +461,19 @@ class Simulation:
             steps=self.steps,
             reclaims=sum(p.reclaims for p in self.providers.values()),
             cost_curve=self.cost_curve,
-            on_demand_cost=self._on_demand_reference(),
+            on_demand_cost=sum(rate * seconds / 3600.0 for _, seconds, rate in runs),
+            on_demand_runs=runs,
         )
 
-    def _on_demand_reference(self) -> float:
-        """Each job's work plus one restart at the cheapest compatible on-demand price."""
+    def _on_demand_reference(self) -> list[tuple[datetime, float, float]]:
+        """Each job from its arrival: work plus one restart at the cheapest
+        compatible on-demand price (per node)."""
         offers = [o for p in self.providers.values() for o in p.offerings().on_demand()]
-        total = 0.0
+        runs = []
         for item in self.items.values():
             req = item.spec.node_requirements()
             prices = [o.price_per_hour for o in offers if o.fits(req)]
             if prices:
-                hours = (item.work_seconds + self.settings.restart_seconds) / 3600.0
-                total += min(prices) * hours * item.spec.resources.nodes
-        return total
+                seconds = item.work_seconds + self.settings.restart_seconds
+                runs.append((item.arrival, seconds, min(prices) * item.spec.resources.nodes))
+        return runs

@@ -41,6 +41,18 @@ class Workload:
     start: datetime
     restart_seconds: float
 
+    def horizon(self) -> datetime:
+        """When to stop a run whose jobs cannot all finish (e.g. spot-only work
+        with no spot): twice the span of arrivals and deadlines/work, plus a day."""
+        ends = [
+            max(
+                item.spec.deadline or item.arrival,
+                item.arrival + timedelta(seconds=item.work_seconds),
+            )
+            for item in self.items
+        ]
+        return self.start + 2 * (max(ends) - self.start) + timedelta(days=1)
+
 
 def load_workload(path: Path | str, traces: TraceSet) -> Workload:
     """Read a workload file; ``InvalidSpec`` names the file, the job and the field."""
