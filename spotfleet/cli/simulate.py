@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,24 +24,34 @@ if TYPE_CHECKING:
 
 
 def simulate(
-    traces: list[Path] = typer.Option(
-        ..., "--traces", help="trace directory or file (repeat, or list several after it)"
-    ),
-    more: list[Path] = typer.Argument(None, metavar="[DIR ...]", help="more trace directories"),
-    workload: Path = typer.Option(
-        ..., "--workload", help="workload YAML (see examples/workload.yaml)"
-    ),
-    policy: str = typer.Option(
-        "spotfleet", "--policy", help="on-demand | greedy | uniform-progress | spotfleet | optimal"
-    ),
-    json_out: Path | None = typer.Option(None, "--json", help="write the full result as JSON here"),
-    plot: Path | None = typer.Option(None, "--plot", help="write a timeline PNG here"),
-    align: str = typer.Option(
-        "time", "--align", help="time: place traces at their start_time; start: all from tick 0"
-    ),
-    checkpoint_seconds: float = typer.Option(
-        30.0, "--checkpoint-seconds", help="time a job needs to checkpoint on a notice"
-    ),
+    traces: Annotated[
+        list[Path],
+        typer.Option("--traces", help="trace directory or file (repeat, or list several after it)"),
+    ],
+    workload: Annotated[
+        Path, typer.Option("--workload", help="workload YAML (see examples/workload.yaml)")
+    ],
+    more: Annotated[
+        list[Path] | None, typer.Argument(metavar="[DIR ...]", help="more trace directories")
+    ] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy", help="on-demand | greedy | uniform-progress | spotfleet | optimal"
+        ),
+    ] = "spotfleet",
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the full result as JSON here")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="write a timeline PNG here")] = None,
+    align: Annotated[
+        str,
+        typer.Option("--align", help="time: traces at their start_time; start: all from tick 0"),
+    ] = "time",
+    checkpoint_seconds: Annotated[
+        float,
+        typer.Option("--checkpoint-seconds", help="time a job needs to checkpoint on a notice"),
+    ] = 30.0,
 ) -> None:
     """Simulate a workload on spot traces under one policy."""
     from rich.console import Console

@@ -27,9 +27,11 @@ def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.
     if name in BASELINES:
         return BASELINES[name](restart_hours=restart_hours, decision_interval_hours=tick_hours)
     if name == "spotfleet":
-        from spotfleet.policies.knobs import Knobs
-        from spotfleet.policies.spotfleet import SpotfleetPolicy
-
+        try:
+            from spotfleet.policies.knobs import Knobs
+            from spotfleet.policies.spotfleet import SpotfleetPolicy
+        except ImportError as exc:  # the policy package lands separately
+            raise InvalidSpec("policy", f"the spotfleet policy is not available in this build ({exc})") from None
         return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours))
     known = ", ".join(POLICY_NAMES)
     if name == "optimal":
