@@ -13,13 +13,15 @@ should move to another market, and give back every empty instance at once.
   spot is available (the cheapest available zone), wait otherwise; switch to
   on-demand for good once the slack is gone, i.e. once waiting one more decision
   interval would leave less than the remaining work plus a restart.
-- ``uniform-progress`` (Can't Be Late §4, single region, our reading of it):
-  the job should have done ``C·t/D`` of its ``C`` hours of work ``t`` hours into
-  its ``D``-hour window. Behind that line and not running → on-demand; ahead →
-  spot when available, else wait; once on on-demand, return to spot only when
-  ahead of the line by ``hysteresis`` (default two restarts: the switch itself
-  and one more interruption). Safety net as greedy's. Single region: the zone
-  is fixed at the job's first spot launch (the cheapest available then).
+- ``uniform-progress`` (Can't Be Late §4, single region, our reading of it and
+  of its artifact's ``rc_cr_threshold`` strategy): the job should have done
+  ``C·t/D`` of its ``C`` hours of work ``t`` hours into its ``D``-hour window.
+  Spot whenever spot is available (spot and on-demand progress alike, spot is
+  cheaper); without spot, on-demand if behind that line, else wait; once on
+  on-demand, return to spot only when ahead of the line by ``hysteresis``
+  (default two restarts: the switch itself and one more interruption). Safety
+  net as greedy's. Single region: the zone is fixed at the job's first spot
+  launch (the cheapest available then).
 
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
@@ -246,19 +248,15 @@ class UniformProgressPolicy(TargetPolicy):
             )
         if current is not None:
             return Target(Market.SPOT, zone, reason="running on spot, gaining on the line")
+        if self.spot_available(job, snapshot, zone=zone):
+            return self._spot(job, snapshot, zone, current, reason="spot available")
         if done < expected:
             return Target(
                 Market.ON_DEMAND,
                 zone,
-                reason=f"behind uniform progress ({done:.2f} < {expected:.2f} h)",
+                reason=f"no spot and behind uniform progress ({done:.2f} < {expected:.2f} h)",
             )
-        return self._spot(
-            job,
-            snapshot,
-            zone,
-            current,
-            reason=f"ahead of uniform progress ({done:.2f} ≥ {expected:.2f} h)",
-        )
+        return None  # no spot, ahead of the line: wait
 
     def expected_done(self, job: Job, now: datetime) -> float:
         """``C·t/D``: where uniform progress says the job should be by now."""

@@ -193,3 +193,12 @@ def test_fleet_workload_runs_every_job(make_set: MakeSet, tmp_path: Path) -> Non
     assert result.deadline_misses == 0
     markets = {b.market for b in result.bills}
     assert markets == {Market.SPOT, Market.ON_DEMAND}  # critical on on-demand, the rest on spot
+
+
+def test_uniform_progress_prefers_spot_even_when_behind(make_set: MakeSet) -> None:
+    # No spot at tick 0: the job waits (it is on the line, 0 h of 0 h). At 600 s
+    # it is behind the line, but spot is back: spot progresses as fast as
+    # on-demand for less, so uniform progress takes spot, not on-demand.
+    traces = make_set(("us-east-1a", [0] + [1] * 40), tick=TICK, spot=1.0, on_demand=3.0)
+    result = run(traces, "uniform-progress", work=2, deadline=4)
+    assert spans(result) == [("spot", 600.0, 600.0 + R + 7200)]
