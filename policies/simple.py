@@ -59,7 +59,9 @@ class SimplePolicy:
         commands.extend(self._scale_down(snapshot, usage))
         return commands
 
-    def _fit_existing(self, job: Job, snapshot: Snapshot, usage: Usage, new: list[Instance]) -> tuple[Binding, ...] | None:
+    def _fit_existing(
+        self, job: Job, snapshot: Snapshot, usage: Usage, new: list[Instance]
+    ) -> tuple[Binding, ...] | None:
         if job.spec.resources.nodes != 1:
             return None  # gangs get fresh nodes in one zone
         req = job.spec.node_requirements()

@@ -27,7 +27,7 @@ from spotfleet.errors import ProviderError
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Checkpoint, Job, JobState
-from spotfleet.model.offering import Offerings
+from spotfleet.model.offering import Offering, Offerings
 from spotfleet.model.snapshot import Budget, NodeReport, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
@@ -112,7 +112,7 @@ class Controller:
         now = self.clock.now()
         stale = self._offerings_at is None or now - self._offerings_at > self.offerings_ttl
         if refresh or stale:
-            items = []
+            items: list[Offering] = []
             for name, provider in self.providers.items():
                 try:
                     items.extend(provider.offerings())
@@ -211,9 +211,7 @@ class Controller:
         inst = self._instance_for(token)
         path = self.log_path(chunk.job_id, chunk.attempt, chunk.node_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        assigned = {(j, a) for j, a, _ in self.store.open_attempts_on(inst.id)}
-        known = (chunk.job_id, chunk.attempt) in assigned or path.exists()
-        if not known:
+        if not self.store.attempt_ran_on(chunk.job_id, chunk.attempt, inst.id):
             raise Unauthorized(f"{chunk.job_id} attempt {chunk.attempt} is not assigned to this instance")
         size = path.stat().st_size if path.exists() else 0
         if chunk.offset != size:
@@ -275,4 +273,3 @@ class Controller:
 
     def get_job(self, job_id: str) -> Job:
         return self.store.get_job(job_id)
-
