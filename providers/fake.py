@@ -141,5 +141,8 @@ class FakeProvider:
         self.instances[provider_id] = inst
         return inst
 
+    def calls_named(self, name: str) -> list[Any]:
+        return [arg for call, arg in self.calls if call == name]
+
     def running(self) -> list[ProviderInstance]:
         return [i for i in self.instances.values() if i.state is not CloudState.TERMINATED]

@@ -102,6 +102,9 @@ class JobRunner:
             current.assignment = a
             if a.drain is not None and current.drain_sent_at is None and current.poll() is None:
                 self.deliver_drain(current, kind="drain", deadline=a.drain.deadline)
+            elif a.checkpoint_now and not current.extra.get("early_checkpoint") and current.poll() is None:
+                current.extra["early_checkpoint"] = True  # once: a soft warning asks for one checkpoint
+                current.signal_group(_signal_number(a.checkpoint_signal))
 
     def start(self, a: Assignment) -> JobProcess:
         now = self.clock.now()

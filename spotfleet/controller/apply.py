@@ -66,6 +66,7 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
         inst = Instance(
             id=command.instance_id, offering=command.offering, request_id=command.instance_id,
             state=I.REQUESTED, created_at=step.now, state_since=step.now, message=command.reason,
+            reserved_for=command.reserved_for,
         )  # fmt: skip
         step.add_instance(inst)
         step.event("instance.requested", f"buying {command.offering.instance_type} {command.offering.market.value} "

@@ -245,7 +245,7 @@ class Controller:
             job = jobs.get(job_id)
             if job is None or job.attempt != attempt or job.terminal:
                 continue
-            assignments.append(self._assignment(job, rank))
+            assignments.append(self._assignment(job, rank, inst))
         return HeartbeatResponse(
             instance_id=inst.id,
             heartbeat_seconds=self.heartbeat_seconds,
@@ -253,7 +253,7 @@ class Controller:
             terminate=inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED),
         )
 
-    def _assignment(self, job: Job, rank: int) -> Assignment:
+    def _assignment(self, job: Job, rank: int, instance: Instance) -> Assignment:
         spec = job.spec
         binding = next(b for b in job.bindings if b.node_rank == rank)
         drain = None
@@ -268,6 +268,7 @@ class Controller:
             checkpoint_signal=spec.checkpoint.signal,
             checkpoint_interval_seconds=spec.checkpoint.interval.total_seconds() if spec.checkpoint.interval else None,
             grace_seconds=spec.checkpoint.grace.total_seconds(), drain=drain,
+            checkpoint_now=instance.notice_kind == NoticeKind.REBALANCE.value and spec.is_interruptible,
             peers=[b.instance_id for b in sorted(job.bindings, key=lambda b: b.node_rank)],
         )  # fmt: skip
 

@@ -99,6 +99,7 @@ class Instance:
     launch_attempts: int = 0
     address: str | None = None
     cordoned: bool = False  # no new placements
+    reserved_for: str | None = None  # replacement bought for this job ahead of a reclaim
     notice_kind: str | None = None
     notice_deadline: datetime | None = None
     message: str = ""

@@ -110,6 +110,7 @@ class InstanceRow(Base):
     idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     address: Mapped[str | None] = mapped_column(String(256), nullable=True)
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    reserved_for: Mapped[str | None] = mapped_column(String(64), nullable=True)
     notice_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     agent_token_hash: Mapped[str] = mapped_column(String(128), index=True)

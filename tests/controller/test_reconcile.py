@@ -11,6 +11,7 @@ import pytest
 from spotfleet.controller.sync import CHECKPOINTED_EXIT_CODE
 from spotfleet.errors import InsufficientCapacity, PermanentError, Throttled
 from spotfleet.model import InstanceState, JobState
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.offering import Market
 from spotfleet.providers.base import TAG_CLUSTER, TAG_REQUEST_ID
 from spotfleet.providers.fake import FakeProvider, both_markets, gpu_offering
@@ -152,20 +153,84 @@ def test_spot_interruption_drains_requeues_and_replaces(store: Store, tmp_path: 
     h.step()
     assert h.job(job.id).state is JobState.DRAINING
     assert h.instance(inst.id).state is InstanceState.DRAINING
+    (replacement,) = [i for i in h.live() if i.id != inst.id]
+    assert replacement.reserved_for == job.id, "the replacement is bought before the reclaim"
+    assert replacement.offering.zone == "us-east-1b", "the interrupted pool is avoided for a while"
     drain = h.beat(inst.id).assignments[0].drain
     assert drain is not None and drain.deadline == deadline
     # the same notice again (agent + event bus) is handled once
     h.provider.preempt(inst.provider_id)  # type: ignore[arg-type]
     h.step()
     assert h.job(job.id).interruptions == 0 and h.job(job.id).state is JobState.DRAINING
+    h.step()  # further steps while it checkpoints buy nothing more
     h.report(job, "exited", exit_code=CHECKPOINTED_EXIT_CODE)
     h.step()
     after = h.job(job.id)
     assert after.interruptions == 1 and after.attempt == 2
     assert h.instance(inst.id).state is InstanceState.TERMINATED  # drained: given back before the reclaim
-    new = h.instance(after.instance_ids[0])
-    assert new.offering.zone == "us-east-1b", "the interrupted pool is avoided for a while"
-    assert after.state is JobState.BOUND
+    assert after.instance_ids == (replacement.id,) and after.state is JobState.BOUND
+    assert len(h.provider.calls_named("launch")) == 2, "exactly one replacement"
+
+
+def test_gang_job_gets_a_full_reserved_replacement(sqlite_store: Store, tmp_path: Path) -> None:
+    zones = [gpu_offering(zone="us-east-1a", spot=0.90), gpu_offering(zone="us-east-1b", spot=0.95)]
+    h = make_harness(sqlite_store, tmp_path, FakeProvider(offering_list=zones))
+    job = h.submit(name="ddp", resources={"gpus": 1, "nodes": 2}, priority="opportunistic")
+    h.step()
+    h.register_all()
+    h.report(job, "running", rank=0)
+    h.report(job, "running", rank=1)
+    h.step()
+    first = h.job(job.id).instance_ids
+    h.provider.preempt(h.instance(first[0]).provider_id)  # type: ignore[arg-type]
+    h.step()
+    assert h.job(job.id).state is JobState.DRAINING
+    reserved = [i for i in h.live() if i.reserved_for == job.id]
+    assert len(reserved) == 2
+    h.report(job, "exited", exit_code=CHECKPOINTED_EXIT_CODE, rank=0)
+    h.report(job, "exited", exit_code=CHECKPOINTED_EXIT_CODE, rank=1)
+    h.step()
+    assert set(h.job(job.id).instance_ids) == {i.id for i in reserved}
+    assert len(h.provider.calls_named("launch")) == 4
+
+
+def test_notices_for_unknown_or_finished_instances_change_nothing(sqlite_store: Store, tmp_path: Path) -> None:
+    h = make_harness(sqlite_store, tmp_path)
+    job = h.submit(name="x")
+    h.step()
+    h.register_all()
+    h.report(job, "exited", exit_code=0)
+    h.step()
+    (inst,) = h.live()
+    h.provider.preempt("fake-unknown")
+    h.provider.preempt(inst.provider_id)  # type: ignore[arg-type]  # after the job finished
+    h.step()
+    assert h.job(job.id).state is JobState.SUCCEEDED and h.job(job.id).interruptions == 0
+    assert h.instance(inst.id).state is InstanceState.TERMINATED, "an empty draining instance is given back"
+    assert not [i for i in h.live() if i.reserved_for], "no replacement for a job that is done"
+
+
+def test_rebalance_cordons_asks_for_an_early_checkpoint_and_prepares_a_replacement(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    zones = [gpu_offering(zone="us-east-1a", spot=0.90), gpu_offering(zone="us-east-1b", spot=0.95)]
+    h = make_harness(sqlite_store, tmp_path, FakeProvider(offering_list=zones))
+    job = h.submit(name="x", priority="opportunistic")
+    h.step()
+    h.register_all()
+    h.report(job, "running")
+    h.step()
+    (inst,) = h.live()
+    h.provider.preempt(inst.provider_id, kind=NoticeKind.REBALANCE)  # type: ignore[arg-type]
+    h.step()
+    assert h.job(job.id).state is JobState.RUNNING, "a soft signal kills nothing"
+    assert h.instance(inst.id).cordoned and h.instance(inst.id).state is InstanceState.RUNNING
+    (assignment,) = h.beat(inst.id).assignments
+    assert assignment.checkpoint_now and assignment.drain is None
+    assert [i.reserved_for for i in h.live() if i.id != inst.id] == [job.id]
+    other = h.submit(name="y", priority="opportunistic")
+    h.step()
+    assert inst.id not in h.job(other.id).instance_ids, "no new placements on a cordoned instance"
 
 
 def test_failures_retry_then_fail(sqlite_store: Store, tmp_path: Path) -> None:
