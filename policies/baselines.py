@@ -13,15 +13,17 @@ should move to another market, and give back every empty instance at once.
   spot is available (the cheapest available zone), wait otherwise; switch to
   on-demand for good once the slack is gone, i.e. once waiting one more decision
   interval would leave less than the remaining work plus a restart.
-- ``uniform-progress`` (Can't Be Late §4, single region, our reading of it and
-  of its artifact's ``rc_cr_threshold`` strategy): the job should have done
-  ``C·t/D`` of its ``C`` hours of work ``t`` hours into its ``D``-hour window.
-  Spot whenever spot is available (spot and on-demand progress alike, spot is
-  cheaper); without spot, on-demand if behind that line, else wait; once on
-  on-demand, return to spot only when ahead of the line by ``hysteresis``
-  (default two restarts: the switch itself and one more interruption). Safety
-  net as greedy's. Single region: the zone is fixed at the job's first spot
-  launch (the cheapest available then).
+- ``uniform-progress`` (Can't Be Late §5.2, single region), its four rules
+  with ``cp(t)`` the work done and ``ep(t) = C·t/D`` the uniform-progress line
+  of a job of ``C`` hours in a ``D``-hour window, ``d`` the restart delay:
+  1. *uniform progress*: idle and ``cp(t) < ep(t)`` → on-demand;
+  2. *taking risks*: spot whenever it is available, even when behind, and stay
+     on it until it is preempted;
+  3. *hysteresis*: on on-demand, stay until ``cp(t) ≥ ep(t + 2d)``;
+  4. *safety net*: idle and ``R(t) < C(t) + 2d`` (time left < work left + 2d)
+     → on-demand until the end.
+  Single region: the zone is fixed at the job's first spot launch (the
+  cheapest available then); on-demand is bought in that zone too.
 
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
@@ -36,7 +38,7 @@ Design choice: baselines keep no state except uniform-progress's pinned zone
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import ACTIVE_JOB_STATES, Binding, Job, JobState
@@ -63,11 +65,7 @@ def done_hours(job: Job) -> float:
         return max(float(done), 0.0) / 3600.0
     fraction = job.progress.get("fraction")
     if isinstance(fraction, int | float) and job.spec.expected_duration is not None:
-        return (
-            max(0.0, min(1.0, float(fraction)))
-            * job.spec.expected_duration.total_seconds()
-            / 3600.0
-        )
+        return max(0.0, min(1.0, float(fraction))) * job.spec.expected_duration.total_seconds() / 3600.0
     return 0.0
 
 
@@ -128,11 +126,7 @@ class TargetPolicy:
         """Market rules every baseline honours (priority classes)."""
         if job.spec.priority is Priority.CRITICAL or not job.spec.is_interruptible:
             return Target(Market.ON_DEMAND, reason="critical: on-demand")
-        if (
-            job.spec.priority is Priority.OPPORTUNISTIC
-            and target is not None
-            and target.market is Market.ON_DEMAND
-        ):
+        if job.spec.priority is Priority.OPPORTUNISTIC and target is not None and target.market is Market.ON_DEMAND:
             return None
         return target
 
@@ -217,46 +211,43 @@ class UniformProgressPolicy(TargetPolicy):
 
     name: str = "uniform-progress"
     moves_running_jobs: bool = True  # back from on-demand to spot once ahead
-    hysteresis_hours: float | None = None  # default: two restarts
+    hysteresis_hours: float | None = None  # default 2d (the paper's)
     zones: dict[str, str] = field(default_factory=dict)  # job id -> pinned zone
 
     def target(self, job: Job, snapshot: Snapshot, *, current: Instance | None) -> Target | None:
         now = snapshot.now
         zone = self.zones.get(job.id)
-        if job.spec.deadline is None or work_hours(job) is None:
+        work = work_hours(job)
+        if job.spec.deadline is None or work is None:
             return self._spot(job, snapshot, zone, current, reason="no deadline: spot only")
-        if self.out_of_slack(job, now):
-            return Target(
-                Market.ON_DEMAND, zone, reason="safety net: slack exhausted, on-demand until done"
-            )
-        expected = self.expected_done(job, now)
         done = done_hours(job)
-        margin = (
-            self.hysteresis_hours if self.hysteresis_hours is not None else 2 * self.restart_hours
-        )
-        if current is not None and current.market is Market.ON_DEMAND:
-            if done >= expected + margin and self.spot_available(job, snapshot, zone=zone):
-                return self._spot(
-                    job,
-                    snapshot,
-                    zone,
-                    current,
-                    reason=f"ahead by {done - expected:.2f} h: back to spot",
-                )
-            return Target(
-                Market.ON_DEMAND, zone, reason="on-demand until ahead of uniform progress"
-            )
-        if current is not None:
-            return Target(Market.SPOT, zone, reason="running on spot, gaining on the line")
+        if current is not None and current.market is Market.SPOT:
+            return Target(Market.SPOT, zone, reason="exploitation: stay on spot until preempted")
+        if self.safety_net(job, now):
+            return Target(Market.ON_DEMAND, zone, reason="safety net: on-demand until done")
+        if current is not None:  # on on-demand
+            ahead = done >= self.expected_done(job, now + timedelta(hours=self.hysteresis(job)))
+            if ahead and self.spot_available(job, snapshot, zone=zone):
+                return self._spot(job, snapshot, zone, current, reason="hysteresis met: back to spot")
+            return Target(Market.ON_DEMAND, zone, reason="hysteresis: on-demand until cp(t) ≥ ep(t + 2d)")
         if self.spot_available(job, snapshot, zone=zone):
-            return self._spot(job, snapshot, zone, current, reason="spot available")
+            return self._spot(job, snapshot, zone, current, reason="taking risks: spot is available")
+        expected = self.expected_done(job, now)
         if done < expected:
-            return Target(
-                Market.ON_DEMAND,
-                zone,
-                reason=f"no spot and behind uniform progress ({done:.2f} < {expected:.2f} h)",
-            )
-        return None  # no spot, ahead of the line: wait
+            return Target(Market.ON_DEMAND, zone, reason=f"behind uniform progress ({done:.2f} < {expected:.2f} h)")
+        return None  # idle: no spot, ahead of the line
+
+    def hysteresis(self, job: Job) -> float:
+        """Hours ahead in time the line must be met before leaving on-demand (2d)."""
+        return self.hysteresis_hours if self.hysteresis_hours is not None else 2 * self.restart_hours
+
+    def safety_net(self, job: Job, now: datetime) -> bool:
+        """``R(t) < C(t) + 2d`` (one decision interval early, as decisions are per tick)."""
+        left, work = hours_left(job, now), work_hours(job)
+        if left is None or work is None:
+            return False
+        remaining = max(work - done_hours(job), 0.0)
+        return left - self.decision_interval_hours < remaining + 2 * self.restart_hours
 
     def expected_done(self, job: Job, now: datetime) -> float:
         """``C·t/D``: where uniform progress says the job should be by now."""
