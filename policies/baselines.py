@@ -22,8 +22,9 @@ should move to another market, and give back every empty instance at once.
   3. *hysteresis*: on on-demand, stay until ``cp(t) ≥ ep(t + 2d)``;
   4. *safety net*: idle and ``R(t) < C(t) + 2d`` (time left < work left + 2d)
      → on-demand until the end.
-  Single region: the zone is fixed at the job's first spot launch (the
-  cheapest available then); on-demand is bought in that zone too.
+  Single region: the region is fixed at the job's first spot launch (that of
+  the cheapest spot available then); spot and on-demand are bought in its
+  zones only.
 
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
@@ -31,7 +32,7 @@ end of the window that starts at ``created_at``. A job without a deadline is
 spot-only for greedy and uniform-progress; ``critical`` jobs are on-demand and
 ``opportunistic`` ones spot-only under every baseline.
 
-Design choice: baselines keep no state except uniform-progress's pinned zone
+Design choice: baselines keep no state except uniform-progress's pinned region
 (a dict keyed by job id), so the decision is explainable from the snapshot.
 """
 
@@ -51,11 +52,12 @@ I = InstanceState  # noqa: E741
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where a job should run now: a market, optionally pinned to a zone."""
+    """Where a job should run now: a market, optionally pinned to a zone or a region."""
 
     market: Market
     zone: str | None = None
     reason: str = ""
+    region: str | None = None
 
 
 def done_hours(job: Job) -> float:
@@ -159,10 +161,12 @@ class TargetPolicy:
             pool = pool.available()
         if target.zone is not None:
             pool = pool.where(lambda o: o.zone == target.zone)
+        if target.region is not None:
+            pool = pool.where(lambda o: o.region == target.region)
         return pool.cheapest()
 
-    def spot_available(self, job: Job, snapshot: Snapshot, *, zone: str | None = None) -> bool:
-        return self.offering_for(job, snapshot, Target(Market.SPOT, zone)) is not None
+    def spot_available(self, job: Job, snapshot: Snapshot, *, region: str | None = None) -> bool:
+        return self.offering_for(job, snapshot, Target(Market.SPOT, region=region)) is not None
 
     def out_of_slack(self, job: Job, now: datetime) -> bool:
         """Would waiting one more interval leave less than the work plus a restart?"""
@@ -212,29 +216,31 @@ class UniformProgressPolicy(TargetPolicy):
     name: str = "uniform-progress"
     moves_running_jobs: bool = True  # back from on-demand to spot once ahead
     hysteresis_hours: float | None = None  # default 2d (the paper's)
-    zones: dict[str, str] = field(default_factory=dict)  # job id -> pinned zone
+    regions: dict[str, str] = field(default_factory=dict)  # job id -> pinned region
 
     def target(self, job: Job, snapshot: Snapshot, *, current: Instance | None) -> Target | None:
         now = snapshot.now
-        zone = self.zones.get(job.id)
+        region = self.regions.get(job.id)
         work = work_hours(job)
         if job.spec.deadline is None or work is None:
-            return self._spot(job, snapshot, zone, current, reason="no deadline: spot only")
+            return self._spot(job, snapshot, region, current, reason="no deadline: spot only")
         done = done_hours(job)
         if current is not None and current.market is Market.SPOT:
-            return Target(Market.SPOT, zone, reason="exploitation: stay on spot until preempted")
+            return Target(Market.SPOT, region=region, reason="exploitation: stay on spot until preempted")
         if self.safety_net(job, now):
-            return Target(Market.ON_DEMAND, zone, reason="safety net: on-demand until done")
+            return Target(Market.ON_DEMAND, region=region, reason="safety net: on-demand until done")
         if current is not None:  # on on-demand
             ahead = done >= self.expected_done(job, now + timedelta(hours=self.hysteresis(job)))
-            if ahead and self.spot_available(job, snapshot, zone=zone):
-                return self._spot(job, snapshot, zone, current, reason="hysteresis met: back to spot")
-            return Target(Market.ON_DEMAND, zone, reason="hysteresis: on-demand until cp(t) ≥ ep(t + 2d)")
-        if self.spot_available(job, snapshot, zone=zone):
-            return self._spot(job, snapshot, zone, current, reason="taking risks: spot is available")
+            if ahead and self.spot_available(job, snapshot, region=region):
+                return self._spot(job, snapshot, region, current, reason="hysteresis met: back to spot")
+            return Target(Market.ON_DEMAND, region=region, reason="hysteresis: on-demand until cp(t) ≥ ep(t + 2d)")
+        if self.spot_available(job, snapshot, region=region):
+            return self._spot(job, snapshot, region, current, reason="taking risks: spot is available")
         expected = self.expected_done(job, now)
         if done < expected:
-            return Target(Market.ON_DEMAND, zone, reason=f"behind uniform progress ({done:.2f} < {expected:.2f} h)")
+            return Target(
+                Market.ON_DEMAND, region=region, reason=f"behind uniform progress ({done:.2f} < {expected:.2f} h)"
+            )
         return None  # idle: no spot, ahead of the line
 
     def hysteresis(self, job: Job) -> float:
@@ -261,20 +267,20 @@ class UniformProgressPolicy(TargetPolicy):
         self,
         job: Job,
         snapshot: Snapshot,
-        zone: str | None,
+        region: str | None,
         current: Instance | None,
         *,
         reason: str,
     ) -> Target | None:
-        if zone is None:
+        if region is None:
             offering = self.offering_for(job, snapshot, Target(Market.SPOT))
             if offering is None:
                 return None
-            zone = offering.zone
-        if current is None and not self.spot_available(job, snapshot, zone=zone):
+            region = offering.region
+        if current is None and not self.spot_available(job, snapshot, region=region):
             return None
-        self.zones.setdefault(job.id, zone)
-        return Target(Market.SPOT, zone, reason=reason)
+        self.regions.setdefault(job.id, region)
+        return Target(Market.SPOT, region=region, reason=reason)
 
 
 BASELINES = {

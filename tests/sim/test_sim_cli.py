@@ -18,9 +18,7 @@ def write_traces(folder: Path) -> Path:
         ("us-east-1a", [1, 1, 0, 0, 1, 1] * 8),
         ("us-east-1b", [0, 1, 1, 1, 1, 0] * 8),
     ):
-        tf = trace_file(
-            zone, avail, tick=600, spot=1.0 if zone.endswith("a") else 1.4, on_demand=3.06
-        )
+        tf = trace_file(zone, avail, tick=600, spot=1.0 if zone.endswith("a") else 1.4, on_demand=3.06)
         (folder / f"{zone}.json").write_text(tf.model_dump_json())
     return folder
 
@@ -68,13 +66,9 @@ def test_optimal_and_errors(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert doc["feasible"] and doc["cost"] > 0 and doc["schedule"]
-    bad = runner.invoke(
-        app, ["simulate", "--traces", str(traces), "--workload", str(one), "--policy", "nope"]
-    )
+    bad = runner.invoke(app, ["simulate", "--traces", str(traces), "--workload", str(one), "--policy", "nope"])
     assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
     typo = tmp_path / "typo.yaml"
     typo.write_text("jobs:\n  - {name: train, work: 2h, resource: {gpus: 1}}\n")
-    bad = runner.invoke(
-        app, ["simulate", "--traces", str(traces), "--workload", str(typo), "--policy", "greedy"]
-    )
+    bad = runner.invoke(app, ["simulate", "--traces", str(traces), "--workload", str(typo), "--policy", "greedy"])
     assert bad.exit_code == 2 and "jobs[0].resource" in bad.output

@@ -24,12 +24,8 @@ TICK = 600
 R = 720  # restart seconds
 
 
-def run(
-    traces: TraceSet, policy: str, *, work: float, deadline: float, **kwargs: object
-) -> SimResult:
-    result = run_single_job(
-        traces, policy, work_hours=work, deadline_hours=deadline, start_tick=0, **kwargs
-    )  # type: ignore[arg-type]
+def run(traces: TraceSet, policy: str, *, work: float, deadline: float, **kwargs: object) -> SimResult:
+    result = run_single_job(traces, policy, work_hours=work, deadline_hours=deadline, start_tick=0, **kwargs)  # type: ignore[arg-type]
     assert result.sim is not None
     return result.sim
 
@@ -183,9 +179,7 @@ def test_fleet_workload_runs_every_job(make_set: MakeSet, tmp_path: Path) -> Non
 
     workload = load_workload(path, traces)
     assert [i.spec.name for i in workload.items] == ["urgent", "batch-1", "batch-2", "scavenger"]
-    sim = Simulation(
-        traces, workload.items, make_policy("greedy", tick_hours=TICK / 3600), start=workload.start
-    )
+    sim = Simulation(traces, workload.items, make_policy("greedy", tick_hours=TICK / 3600), start=workload.start)
     result = sim.run()
     assert {j.name: j.state for j in result.jobs} == dict.fromkeys(
         ["urgent", "batch-1", "batch-2", "scavenger"], "succeeded"
@@ -202,3 +196,16 @@ def test_uniform_progress_prefers_spot_even_when_behind(make_set: MakeSet) -> No
     traces = make_set(("us-east-1a", [0] + [1] * 40), tick=TICK, spot=1.0, on_demand=3.0)
     result = run(traces, "uniform-progress", work=2, deadline=4)
     assert spans(result) == [("spot", 600.0, 600.0 + R + 7200)]
+
+
+def test_uniform_progress_stays_in_its_region_greedy_does_not(make_set: MakeSet) -> None:
+    traces = make_set(
+        trace_file("us-east-1a", [1] * 6 + [0] * 60, spot=1.0, tick=TICK),
+        trace_file("us-west-2a", [1] * 66, spot=1.5, tick=TICK),
+    )
+    up = run(traces, "uniform-progress", work=2, deadline=8)
+    assert {b.zone for b in up.bills} == {"us-east-1a"}
+    assert [b.market for b in up.bills] == [Market.SPOT, Market.ON_DEMAND]
+    greedy = run(traces, "greedy", work=2, deadline=8)
+    assert [(b.zone, b.market) for b in greedy.bills] == [("us-east-1a", Market.SPOT), ("us-west-2a", Market.SPOT)]
+    assert greedy.cost < up.cost

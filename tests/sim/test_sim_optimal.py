@@ -18,9 +18,7 @@ from .helpers import MakeSet, trace_file
 HALF_HOUR = 1800
 
 
-def brute_force(
-    traces: TraceSet, *, work: float, deadline: float, restart: float, start_tick: int = 0
-) -> float:
+def brute_force(traces: TraceSet, *, work: float, deadline: float, restart: float, start_tick: int = 0) -> float:
     """Cheapest cost over every sequence of per-tick states, simulated second by second.
 
     States: idle, spot in each zone, on-demand in each zone. True semantics: a
@@ -126,9 +124,7 @@ def test_start_tick_and_zone_filter(make_set: MakeSet) -> None:
         trace_file("us-east-1a", [0, 0, 1, 1, 1, 1], spot=1.0),
         trace_file("us-east-1b", [1, 1, 1, 1, 1, 1], spot=0.5),
     )
-    only_a = optimal_single_job(
-        traces, work_hours=1, deadline_hours=2, start_tick=2, zones=["us-east-1a"]
-    )
+    only_a = optimal_single_job(traces, work_hours=1, deadline_hours=2, start_tick=2, zones=["us-east-1a"])
     assert only_a.cost == pytest.approx(1.2)
     assert only_a.schedule[0].start_tick == 2
     both = optimal_single_job(traces, work_hours=1, deadline_hours=2, start_tick=2)
@@ -172,9 +168,7 @@ def test_random_cases_exercise_both_markets_and_zone_switches(make_set: MakeSet)
     schedules = []
     for seed in range(12):
         traces, work, deadline, restart = _random_case(make_set, seed)
-        dp = optimal_single_job(
-            traces, work_hours=work, deadline_hours=deadline, restart_hours=restart
-        )
+        dp = optimal_single_job(traces, work_hours=work, deadline_hours=deadline, restart_hours=restart)
         schedules.append(dp.schedule)
     assert any(any(s.market is Market.ON_DEMAND for s in sched) for sched in schedules)
     assert any(len({s.zone for s in sched}) > 1 for sched in schedules)

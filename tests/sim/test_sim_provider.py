@@ -27,9 +27,7 @@ from .helpers import MakeSet
 TICK = 600
 
 
-def request(
-    offering: Offering, request_id: str, *alternatives: Offering, cluster: str = "default"
-) -> LaunchRequest:
+def request(offering: Offering, request_id: str, *alternatives: Offering, cluster: str = "default") -> LaunchRequest:
     return LaunchRequest(
         request_id=request_id,
         offering=offering,
@@ -62,9 +60,7 @@ def test_is_a_provider_and_offers_both_markets_per_zone(make_set: MakeSet) -> No
     assert len(offers) == 4 and {o.provider for o in offers} == {"sim"}
     a, b = spot(p, "us-east-1a"), spot(p, "us-east-1b")
     assert (a.available, b.available) == (True, False)
-    assert (
-        a.price_per_hour == 0.9 and a.gpu_memory_gib == 16 and a.vcpus == 8
-    )  # hardware from the catalog
+    assert a.price_per_hour == 0.9 and a.gpu_memory_gib == 16 and a.vcpus == 8  # hardware from the catalog
     assert on_demand(p, "us-east-1b").available and on_demand(p, "us-east-1b").price_per_hour == 3.0
     clock.advance(TICK)
     assert (spot(p, "us-east-1a").available, spot(p, "us-east-1b").available) == (False, True)
@@ -79,9 +75,7 @@ def test_spot_launch_needs_capacity_and_names_the_failed_offering(make_set: Make
         p.launch(request(b, "r0"))
     assert [o.key for o in err.value.offerings] == [b.key]
     made = p.launch(request(b, "r1", a))  # the alternative has capacity
-    assert [(i.zone, i.market, i.state) for i in made] == [
-        ("us-east-1a", Market.SPOT, CloudState.RUNNING)
-    ]
+    assert [(i.zone, i.market, i.state) for i in made] == [("us-east-1a", Market.SPOT, CloudState.RUNNING)]
     p.launch(request(a, "r2"))
     with pytest.raises(InsufficientCapacity):
         p.launch(request(a, "r3"))  # two running, capacity two
@@ -117,10 +111,7 @@ def test_reclaim_is_announced_with_the_aws_notice_then_terminates(make_set: Make
     assert p.poll_events() == []
     clock.advance(1)
     (notice,) = p.poll_events()
-    assert (
-        notice.kind is NoticeKind.SPOT_INTERRUPTION
-        and notice.provider_instance_id == inst.provider_id
-    )
+    assert notice.kind is NoticeKind.SPOT_INTERRUPTION and notice.provider_instance_id == inst.provider_id
     assert notice.deadline == reclaim and notice.observed_at == reclaim - timedelta(seconds=120)
     assert p.get(inst.provider_id).state is CloudState.RUNNING  # still running during the notice
     assert p.poll_events() == []  # delivered once
@@ -129,27 +120,19 @@ def test_reclaim_is_announced_with_the_aws_notice_then_terminates(make_set: Make
     assert gone.kind is NoticeKind.TERMINATED and gone.observed_at == reclaim
     assert p.get(inst.provider_id).state is CloudState.TERMINATED
     (bill,) = p.bills()
-    assert (
-        bill.reclaimed
-        and bill.seconds == 2 * TICK
-        and bill.cost == pytest.approx(2.0 * 2 * TICK / 3600)
-    )
+    assert bill.reclaimed and bill.seconds == 2 * TICK and bill.cost == pytest.approx(2.0 * 2 * TICK / 3600)
     assert p.reclaims == 1
 
 
 def test_gcp_notice_is_thirty_seconds(make_set: MakeSet) -> None:
-    traces = make_set(
-        ("us-central1-a", [1, 0]), tick=TICK, cloud="gcp", instance_type="a3-highgpu-8g"
-    )
+    traces = make_set(("us-central1-a", [1, 0]), tick=TICK, cloud="gcp", instance_type="a3-highgpu-8g")
     p, clock = provider(traces)
     p.launch(request(spot(p, "us-central1-a"), "r"))
     clock.advance(TICK - 31)
     assert p.poll_events() == []
     clock.advance(1)
     (notice,) = p.poll_events()
-    assert notice.deadline is not None and notice.deadline - notice.observed_at == timedelta(
-        seconds=30
-    )
+    assert notice.deadline is not None and notice.deadline - notice.observed_at == timedelta(seconds=30)
 
 
 def test_only_what_exceeds_capacity_is_reclaimed_newest_first(make_set: MakeSet) -> None:
@@ -176,9 +159,7 @@ def test_a_launch_inside_the_notice_window_gets_a_short_notice(make_set: MakeSet
     late = p.launch(request(spot(p, "us-east-1a"), "late"))[0]
     (notice,) = p.poll_events()
     assert notice.provider_instance_id == late.provider_id
-    assert notice.observed_at == clock.now() and notice.deadline == traces.epoch + timedelta(
-        seconds=TICK
-    )
+    assert notice.observed_at == clock.now() and notice.deadline == traces.epoch + timedelta(seconds=TICK)
 
 
 def test_spot_ends_where_the_trace_ends(make_set: MakeSet) -> None:
@@ -203,9 +184,7 @@ def test_billing_per_second_at_each_ticks_price(make_set: MakeSet) -> None:
     assert bills[s.provider_id].cost == pytest.approx((300 * 1 + 600 * 2 + 300 * 4) / 3600)
     assert bills[o.provider_id].cost == pytest.approx(1200 * 3.0 / 3600)
     assert p.cost() == pytest.approx(0.75 + 1.0)
-    assert p.cost(until=traces.epoch + timedelta(seconds=900)) == pytest.approx(
-        (300 + 600) / 3600 + 600 * 3 / 3600
-    )
+    assert p.cost(until=traces.epoch + timedelta(seconds=900)) == pytest.approx((300 + 600) / 3600 + 600 * 3 / 3600)
 
 
 def test_terminate_contracts(make_set: MakeSet) -> None:

@@ -93,9 +93,7 @@ def test_duplicate_zone_across_directories_is_refused(tmp_path: Path) -> None:
 
 
 def test_different_ticks_and_starts_are_resampled_onto_the_finest_grid(make_set: MakeSet) -> None:
-    coarse = trace_file(
-        "us-east-1a", [1, 0], tick=600, start="2026-01-01T00:00:00Z", spot=[1.0, 2.0]
-    )
+    coarse = trace_file("us-east-1a", [1, 0], tick=600, start="2026-01-01T00:00:00Z", spot=[1.0, 2.0])
     fine = trace_file("us-east-1b", [0, 1, 1], tick=300, start="2026-01-01T00:05:00Z")
     traces = make_set(coarse, fine)
     assert traces.tick_seconds == 300 and traces.epoch == DEFAULT_EPOCH
