@@ -129,13 +129,13 @@ class GcpProvider:
         return {"retry": None, "timeout": self._config.request_timeout_s}
 
     def _wait(self, zone: str, operation: compute_v1.Operation, *, offering: Offering | None = None) -> compute_v1.Operation:
-        ops = self._clients.zone_operations
+        zone_operations = self._clients.zone_operations
         for _ in range(self._config.operation_wait_rounds):
             if operation.status == _DONE:
                 break
             name = operation.name
             operation = self._call(
-                lambda: ops.wait(
+                lambda: zone_operations.wait(
                     project=self._config.project, zone=zone, operation=name, retry=None, timeout=_WAIT_TIMEOUT_S
                 ),
                 offering=offering,
@@ -164,8 +164,8 @@ class GcpProvider:
             lambda: list(self._clients.accelerator_types.list(project=project, zone=zone, **self._opts))
         )
         return ZoneInventory(
-            machine_types={m.name: (float(m.guest_cpus), m.memory_mb / 1024) for m in machine_types},
-            accelerator_types=frozenset(a.name for a in accelerators),
+            sizes={m.name: (float(m.guest_cpus), m.memory_mb / 1024) for m in machine_types},
+            accelerators=frozenset(a.name for a in accelerators),
         )
 
     def offerings(self) -> Offerings:

@@ -28,8 +28,8 @@ from spotfleet.providers.gcp_resources import PROVIDER, region_of
 class ZoneInventory:
     """What one zone offers: machine types (name → vCPUs, memory GiB) and accelerator types."""
 
-    machine_types: dict[str, tuple[float, float]]
-    accelerator_types: frozenset[str]
+    sizes: dict[str, tuple[float, float]]  # machine type -> (vCPUs, memory GiB)
+    accelerators: frozenset[str]
 
 
 def configured_zones(config: GcpProviderConfig, catalog: Offerings) -> tuple[str, ...]:
@@ -41,8 +41,8 @@ def configured_zones(config: GcpProviderConfig, catalog: Offerings) -> tuple[str
 
 
 def n1_offerings(shape: N1GpuShape, zone: str, inventory: ZoneInventory) -> Iterable[Offering]:
-    sizes = inventory.machine_types.get(shape.machine_type)
-    if sizes is None or shape.accelerator not in inventory.accelerator_types:
+    sizes = inventory.sizes.get(shape.machine_type)
+    if sizes is None or shape.accelerator not in inventory.accelerators:
         return
     vcpus, memory = sizes
     base = Offering(
@@ -80,7 +80,7 @@ def build_offerings(
     items = [
         o
         for o in catalog
-        if o.zone in inventories and o.instance_type in inventories[o.zone].machine_types
+        if o.zone in inventories and o.instance_type in inventories[o.zone].sizes
     ]
     for zone, inventory in inventories.items():
         for shape in config.n1_gpus:
