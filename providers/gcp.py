@@ -29,6 +29,7 @@ Instance ids are ``<zone>/<name>`` (``gcp_resources.provider_id``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,13 +39,6 @@ from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
-
-from spotfleet.bootstrap import render_bootstrap
-from spotfleet.catalog import load_catalog
-from spotfleet.clock import Clock
-from spotfleet.errors import InsufficientCapacity, InstanceNotFound, NotOwned, PermanentError
-from spotfleet.model.events import InstanceEvent
-from spotfleet.model.offering import Offering, Offerings
 from spotfleet.providers import gcp_labels as labels_
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.providers.gcp_config import GcpProviderConfig
@@ -59,6 +53,13 @@ from spotfleet.providers.gcp_resources import (
     split_provider_id,
     to_provider_instance,
 )
+
+from spotfleet.bootstrap import render_bootstrap
+from spotfleet.catalog import load_catalog
+from spotfleet.clock import Clock
+from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
+from spotfleet.model.events import InstanceEvent
+from spotfleet.model.offering import Offering, Offerings
 
 T = TypeVar("T")
 
@@ -108,11 +109,19 @@ class GcpProvider:
         self._catalog = load_catalog([PROVIDER])
         self.zones = configured_zones(config, self._catalog)
         self._offerings: tuple[datetime, Offerings] | None = None
-        self._events = EventTracker(name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice)
+        self._events = EventTracker(
+            name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice
+        )
 
     # -- plumbing --------------------------------------------------------------
 
-    def _call(self, fn: Callable[[], T], *, offering: Offering | None = None, instance_id: str | None = None) -> T:
+    def _call(
+        self,
+        fn: Callable[[], T],
+        *,
+        offering: Offering | None = None,
+        instance_id: str | None = None,
+    ) -> T:
         """Run one API call (pages included), translating failures to typed errors."""
         try:
             return fn()
@@ -128,28 +137,38 @@ class GcpProvider:
     def _opts(self) -> dict[str, Any]:
         return {"retry": None, "timeout": self._config.request_timeout_s}
 
-    def _wait(self, zone: str, operation: compute_v1.Operation, *, offering: Offering | None = None) -> compute_v1.Operation:
+    def _wait(
+        self, zone: str, operation: compute_v1.Operation, *, offering: Offering | None = None
+    ) -> compute_v1.Operation:
         zone_operations = self._clients.zone_operations
+
+        def wait(name: str) -> compute_v1.Operation:
+            return zone_operations.wait(
+                project=self._config.project,
+                zone=zone,
+                operation=name,
+                retry=None,
+                timeout=_WAIT_TIMEOUT_S,
+            )
+
         for _ in range(self._config.operation_wait_rounds):
             if operation.status == _DONE:
                 break
-            name = operation.name
-            operation = self._call(
-                lambda: zone_operations.wait(
-                    project=self._config.project, zone=zone, operation=name, retry=None, timeout=_WAIT_TIMEOUT_S
-                ),
-                offering=offering,
-            )
+            operation = self._call(functools.partial(wait, operation.name), offering=offering)
         return operation
 
     def _list_zone(self, zone: str, filter_: str) -> list[ProviderInstance]:
-        request = compute_v1.ListInstancesRequest(project=self._config.project, zone=zone, filter=filter_)
+        request = compute_v1.ListInstancesRequest(
+            project=self._config.project, zone=zone, filter=filter_
+        )
         raw = self._call(lambda: list(self._clients.instances.list(request=request, **self._opts)))
         return [to_provider_instance(i) for i in raw if labels_.owned(i.labels, self._cluster)]
 
     def _get_raw(self, zone: str, name: str, pid: str) -> compute_v1.Instance:
         return self._call(
-            lambda: self._clients.instances.get(project=self._config.project, zone=zone, instance=name, **self._opts),
+            lambda: self._clients.instances.get(
+                project=self._config.project, zone=zone, instance=name, **self._opts
+            ),
             instance_id=pid,
         )
 
@@ -161,7 +180,9 @@ class GcpProvider:
             lambda: list(self._clients.machine_types.list(project=project, zone=zone, **self._opts))
         )
         accelerators = self._call(
-            lambda: list(self._clients.accelerator_types.list(project=project, zone=zone, **self._opts))
+            lambda: list(
+                self._clients.accelerator_types.list(project=project, zone=zone, **self._opts)
+            )
         )
         return ZoneInventory(
             sizes={m.name: (float(m.guest_cpus), m.memory_mb / 1024) for m in machine_types},
@@ -183,7 +204,9 @@ class GcpProvider:
     def launch(self, request: LaunchRequest) -> list[ProviderInstance]:
         """Buy ``request.count`` VMs of the first acceptable offering with capacity."""
         if request.count < 1:
-            raise PermanentError(f"launch {request.request_id}: count must be ≥ 1, got {request.count}")
+            raise PermanentError(
+                f"launch {request.request_id}: count must be ≥ 1, got {request.count}"
+            )
         foreign = [o.key for o in request.acceptable if o.provider != PROVIDER]
         if foreign:
             raise PermanentError(f"launch {request.request_id}: not GCP offerings: {foreign}")
@@ -202,14 +225,18 @@ class GcpProvider:
 
     def _launch_in(self, offering: Offering, request: LaunchRequest) -> list[ProviderInstance]:
         config, zone = self._config, offering.zone
-        tags = {**labels_.with_ownership(request.tags, self._cluster), TAG_REQUEST_ID: request.request_id}
-        common = {
-            "config": config,
-            "offering": offering,
-            "labels": {**config.labels, **labels_.tags_to_labels(tags)},
-            "tags": tags,
-            "startup_script": render_bootstrap(request.bootstrap, metadata_flavor="gcp"),
+        tags = {
+            **labels_.with_ownership(request.tags, self._cluster),
+            TAG_REQUEST_ID: request.request_id,
         }
+        fields = functools.partial(
+            instance_fields,
+            config=config,
+            offering=offering,
+            labels={**config.labels, **labels_.tags_to_labels(tags)},
+            tags=tags,
+            startup_script=render_bootstrap(request.bootstrap, metadata_flavor="gcp"),
+        )
         gce_request_id = labels_.gce_request_id(request.request_id, scope=offering.key)
         name = labels_.instance_name(self._cluster, request.request_id)
         instances = self._clients.instances
@@ -219,7 +246,7 @@ class GcpProvider:
                 insert = compute_v1.InsertInstanceRequest(
                     project=config.project,
                     zone=zone,
-                    instance_resource=compute_v1.Instance(name=name, **instance_fields(zonal=True, **common)),
+                    instance_resource=compute_v1.Instance(name=name, **fields(zonal=True)),
                     request_id=gce_request_id,
                 )
                 operation = instances.insert_unary(request=insert, **self._opts)
@@ -230,8 +257,10 @@ class GcpProvider:
                     bulk_insert_instance_resource_resource=compute_v1.BulkInsertInstanceResource(
                         count=request.count,
                         min_count=1,  # partial fulfilment: the Protocol returns fewer
-                        name_pattern=labels_.bulk_name_pattern(self._cluster, request.request_id, request.count),
-                        instance_properties=compute_v1.InstanceProperties(**instance_fields(zonal=False, **common)),
+                        name_pattern=labels_.bulk_name_pattern(
+                            self._cluster, request.request_id, request.count
+                        ),
+                        instance_properties=compute_v1.InstanceProperties(**fields(zonal=False)),
                     ),
                     request_id=gce_request_id,
                 )
@@ -239,11 +268,15 @@ class GcpProvider:
         except gexc.Conflict:
             operation = None  # our deterministic name exists: this request already launched it
         except gexc.GoogleAPICallError as exc:
-            raise from_api_error(exc, offering=offering, default_retry_after=config.default_retry_after_s) from exc
+            raise from_api_error(
+                exc, offering=offering, default_retry_after=config.default_retry_after_s
+            ) from exc
         if operation is not None:
             operation = self._wait(zone, operation, offering=offering)
         if operation is not None and operation.status == _DONE:
-            error = from_operation(operation, offering=offering, default_retry_after=config.default_retry_after_s)
+            error = from_operation(
+                operation, offering=offering, default_retry_after=config.default_retry_after_s
+            )
             if error is not None:
                 raise error
         launched = self._list_zone(zone, labels_.request_filter(self._cluster, request.request_id))
@@ -325,7 +358,9 @@ class GcpProvider:
         now = self._clock.now()
         events: list[InstanceEvent] = []
         for zone in self.zones:
-            request = compute_v1.ListZoneOperationsRequest(project=self._config.project, zone=zone, filter=PREEMPTED_FILTER)
+            request = compute_v1.ListZoneOperationsRequest(
+                project=self._config.project, zone=zone, filter=PREEMPTED_FILTER
+            )
             operations = self._call(
                 lambda r=request: list(self._clients.zone_operations.list(request=r, **self._opts))  # type: ignore[misc]
             )

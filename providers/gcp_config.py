@@ -50,7 +50,9 @@ class N1GpuShape(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     machine_type: str = Field(pattern=r"^n1-(standard|highmem|highcpu)-\d+$")
-    accelerator: Literal["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"]
+    accelerator: Literal[
+        "nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"
+    ]
     count: Literal[1, 2, 4, 8] = 1
     on_demand_price: float = Field(gt=0)
     spot_price: float | None = Field(default=None, gt=0)
@@ -121,7 +123,9 @@ class GcpProviderConfig(BaseModel):
                     "at most 63 characters, and not starting with 'spotfleet-' (reserved for ownership)"
                 )
             if not LABEL_VALUE_RE.match(value):
-                raise ValueError(f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63")
+                raise ValueError(
+                    f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63"
+                )
         return labels
 
     @model_validator(mode="after")

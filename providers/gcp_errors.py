@@ -30,8 +30,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from spotfleet.errors import (
-    InsufficientCapacity,
     InstanceNotFound,
+    InsufficientCapacity,
     PermanentError,
     ProviderError,
     QuotaExceeded,

@@ -67,7 +67,10 @@ def tags_to_labels(tags: Mapping[str, str]) -> dict[str, str]:
 
 def labels_to_tags(labels: Mapping[str, str]) -> dict[str, str]:
     """Best-effort inverse for instances without the metadata copy (values may be hashed)."""
-    return {f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v for k, v in labels.items()}
+    return {
+        f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v
+        for k, v in labels.items()
+    }
 
 
 def tags_metadata(tags: Mapping[str, str]) -> str:

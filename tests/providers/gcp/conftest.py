@@ -12,12 +12,18 @@ from typing import Any
 import pytest
 from gce_server import ComputeServer, FakeCompute
 from google.auth.credentials import AnonymousCredentials
+from spotfleet.providers.base import (
+    TAG_CLUSTER,
+    TAG_INSTANCE_ID,
+    TAG_REQUEST_ID,
+    AgentBootstrap,
+    LaunchRequest,
+)
+from spotfleet.providers.gcp import GcpProvider
+from spotfleet.providers.gcp_config import GcpProviderConfig
 
 from spotfleet.clock import FakeClock
 from spotfleet.model.offering import Market, Offering
-from spotfleet.providers.base import TAG_CLUSTER, TAG_INSTANCE_ID, TAG_REQUEST_ID, AgentBootstrap, LaunchRequest
-from spotfleet.providers.gcp import GcpProvider
-from spotfleet.providers.gcp_config import GcpProviderConfig
 
 ZONES = ("us-central1-a", "us-central1-b", "us-east4-a")
 CLUSTER = "prod-train"
@@ -50,7 +56,12 @@ def make_provider(gce_server: ComputeServer, clock: FakeClock) -> Callable[..., 
             "labels": {"team": "ml"},
         }
         fields.update(overrides)
-        return GcpProvider(GcpProviderConfig(**fields), cluster=cluster, clock=clock, credentials=AnonymousCredentials())
+        return GcpProvider(
+            GcpProviderConfig(**fields),
+            cluster=cluster,
+            clock=clock,
+            credentials=AnonymousCredentials(),
+        )
 
     return make
 
@@ -60,7 +71,9 @@ def provider(make_provider: Callable[..., GcpProvider]) -> GcpProvider:
     return make_provider()
 
 
-def offering_in(provider: GcpProvider, instance_type: str, zone: str, market: Market = Market.SPOT) -> Offering:
+def offering_in(
+    provider: GcpProvider, instance_type: str, zone: str, market: Market = Market.SPOT
+) -> Offering:
     found = provider.offerings().find(f"gcp:{market.value}:{instance_type}:{zone}")
     assert found is not None, f"no offering {instance_type} in {zone}"
     return found

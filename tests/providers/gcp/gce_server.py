@@ -37,11 +37,31 @@ API = "https://www.googleapis.com/compute/v1"
 
 # (guestCpus, memoryMb, accelerators) of the machine types the tests use.
 MACHINE_TYPES: dict[str, tuple[int, int, list[dict[str, Any]]]] = {
-    "a2-highgpu-1g": (12, 87040, [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 1}]),
-    "a2-highgpu-8g": (96, 696320, [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 8}]),
-    "a3-highgpu-8g": (208, 1916928, [{"guestAcceleratorType": "nvidia-h100-80gb", "guestAcceleratorCount": 8}]),
-    "g2-standard-4": (4, 16384, [{"guestAcceleratorType": "nvidia-l4", "guestAcceleratorCount": 1}]),
-    "g2-standard-8": (8, 32768, [{"guestAcceleratorType": "nvidia-l4", "guestAcceleratorCount": 1}]),
+    "a2-highgpu-1g": (
+        12,
+        87040,
+        [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 1}],
+    ),
+    "a2-highgpu-8g": (
+        96,
+        696320,
+        [{"guestAcceleratorType": "nvidia-tesla-a100", "guestAcceleratorCount": 8}],
+    ),
+    "a3-highgpu-8g": (
+        208,
+        1916928,
+        [{"guestAcceleratorType": "nvidia-h100-80gb", "guestAcceleratorCount": 8}],
+    ),
+    "g2-standard-4": (
+        4,
+        16384,
+        [{"guestAcceleratorType": "nvidia-l4", "guestAcceleratorCount": 1}],
+    ),
+    "g2-standard-8": (
+        8,
+        32768,
+        [{"guestAcceleratorType": "nvidia-l4", "guestAcceleratorCount": 1}],
+    ),
     "n1-standard-8": (8, 30720, []),
     "e2-standard-4": (4, 16384, []),
 }
@@ -55,9 +75,16 @@ def _now() -> str:
 class ApiError(Exception):
     """An error the server answers in Google's JSON error envelope."""
 
-    def __init__(self, status: int, reason: str, message: str, *, retry_after: int | None = None) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.reason, self.message, self.retry_after = status, reason, message, retry_after
+        self.status, self.reason, self.message, self.retry_after = (
+            status,
+            reason,
+            message,
+            retry_after,
+        )
 
     def body(self) -> dict[str, Any]:
         return {
@@ -69,7 +96,11 @@ class ApiError(Exception):
         }
 
 
-STOCKOUT = ("ZONE_RESOURCE_POOL_EXHAUSTED", 503, "The zone does not have enough resources available to fulfill the request. Try a different zone, or try again later.")
+STOCKOUT = (
+    "ZONE_RESOURCE_POOL_EXHAUSTED",
+    503,
+    "The zone does not have enough resources available to fulfill the request. Try a different zone, or try again later.",
+)
 QUOTA = ("QUOTA_EXCEEDED", 403, "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally.")
 
 
@@ -98,8 +129,14 @@ def parse_filter(text: str) -> list[tuple[str, str, str]]:
     for part in re.split(r"\s+AND\s+", text.strip()):
         m = _CLAUSE.match(part.strip())
         if not m:
-            raise ApiError(400, "invalid", f"Invalid value for field 'filter': '{text}'. Invalid list filter expression.")
-        clauses.append((m.group(1), m.group(2), m.group(3) if m.group(3) is not None else m.group(4)))
+            raise ApiError(
+                400,
+                "invalid",
+                f"Invalid value for field 'filter': '{text}'. Invalid list filter expression.",
+            )
+        clauses.append(
+            (m.group(1), m.group(2), m.group(3) if m.group(3) is not None else m.group(4))
+        )
     return clauses
 
 
@@ -149,7 +186,9 @@ class FakeCompute:
     calls: list[Call] = field(default_factory=list)
     _faults: dict[str, list[ApiError | tuple[str, int, str]]] = field(default_factory=dict)
     _request_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(7_331_234_567_890_123_456))
+    _ids: itertools.count[int] = field(
+        default_factory=lambda: itertools.count(7_331_234_567_890_123_456)
+    )
     _polls: dict[tuple[str, str], int] = field(default_factory=dict)
     _pending_errors: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -186,10 +225,19 @@ class FakeCompute:
         with self.lock:
             self.instances[(zone, name)]["status"] = status
 
-    def add_foreign_instance(self, zone: str, name: str, *, labels: dict[str, str] | None = None) -> None:
+    def add_foreign_instance(
+        self, zone: str, name: str, *, labels: dict[str, str] | None = None
+    ) -> None:
         """An instance spotfleet did not create (the provider must refuse to touch it)."""
         with self.lock:
-            self._create(zone, {"name": name, "machineType": f"zones/{zone}/machineTypes/e2-standard-4", "labels": labels or {}})
+            self._create(
+                zone,
+                {
+                    "name": name,
+                    "machineType": f"zones/{zone}/machineTypes/e2-standard-4",
+                    "labels": labels or {},
+                },
+            )
 
     def running(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -258,7 +306,9 @@ class FakeCompute:
                 "zone": self._link(zone),
                 "selfLink": self._link(zone, "instances", name),
                 "creationTimestamp": _now(),
-                "machineType": self._link(zone, "machineTypes", body["machineType"].rsplit("/", 1)[-1]),
+                "machineType": self._link(
+                    zone, "machineTypes", body["machineType"].rsplit("/", 1)[-1]
+                ),
                 "labelFingerprint": "42WmSpB8rSM=",
                 "fingerprint": "x4ZCszmLxPk=",
             }
@@ -266,7 +316,10 @@ class FakeCompute:
         for n, nic in enumerate(inst.get("networkInterfaces") or [{}]):
             nic.setdefault("name", f"nic{n}")
             nic["networkIP"] = f"10.128.0.{len(self.instances) + 2}"
-        inst.setdefault("networkInterfaces", [{"name": "nic0", "networkIP": f"10.128.0.{len(self.instances) + 2}"}])
+        inst.setdefault(
+            "networkInterfaces",
+            [{"name": "nic0", "networkIP": f"10.128.0.{len(self.instances) + 2}"}],
+        )
         self.instances[(zone, name)] = inst
         return inst
 
@@ -276,13 +329,24 @@ class FakeCompute:
 
     def _check_zone(self, zone: str) -> None:
         if zone not in self.zones:
-            raise ApiError(404, "notFound", f"The resource 'projects/{self.project}/zones/{zone}' was not found")
+            raise ApiError(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/zones/{zone}' was not found",
+            )
 
-    def _paginate(self, kind: str, items: list[dict[str, Any]], query: dict[str, str], zone: str) -> dict[str, Any]:
+    def _paginate(
+        self, kind: str, items: list[dict[str, Any]], query: dict[str, str], zone: str
+    ) -> dict[str, Any]:
         size = min(int(query.get("maxResults", 500)), self.page_size)
         start = int(query.get("pageToken") or 0)
         page = items[start : start + size]
-        out: dict[str, Any] = {"kind": kind, "id": f"projects/{self.project}/zones/{zone}", "items": page, "selfLink": self._link(zone)}
+        out: dict[str, Any] = {
+            "kind": kind,
+            "id": f"projects/{self.project}/zones/{zone}",
+            "items": page,
+            "selfLink": self._link(zone),
+        }
         if start + size < len(items):
             out["nextPageToken"] = str(start + size)
         return out
@@ -301,11 +365,18 @@ class FakeCompute:
         if how == "http":
             raise stockout_error()
         if (zone, body["name"]) in self.instances:
-            raise ApiError(409, "alreadyExists", f"The resource 'projects/{self.project}/zones/{zone}/instances/{body['name']}' already exists")
+            raise ApiError(
+                409,
+                "alreadyExists",
+                f"The resource 'projects/{self.project}/zones/{zone}/instances/{body['name']}' already exists",
+            )
         self._validate_machine_type(zone, body["machineType"])
         error = fault if isinstance(fault, tuple) else (STOCKOUT if how == "operation" else None)
         if error:
-            target = {"selfLink": self._link(zone, "instances", body["name"]), "id": self._next_id()}
+            target = {
+                "selfLink": self._link(zone, "instances", body["name"]),
+                "id": self._next_id(),
+            }
             op = self._operation(zone, "insert", target, error=error)
         else:
             op = self._operation(zone, "insert", self._create(zone, body))
@@ -336,7 +407,17 @@ class FakeCompute:
                 if (zone, name) not in self.instances:
                     self._create(zone, {**props, "name": name})
                     created += 1
-        meta = {"instancesBulkInsertOperationMetadata": {"perLocationStatus": {f"zones/{zone}": {"status": "DONE" if not error else "FAILED", "createdVmCount": created, "targetVmCount": count}}}}
+        meta = {
+            "instancesBulkInsertOperationMetadata": {
+                "perLocationStatus": {
+                    f"zones/{zone}": {
+                        "status": "DONE" if not error else "FAILED",
+                        "createdVmCount": created,
+                        "targetVmCount": count,
+                    }
+                }
+            }
+        }
         op = self._operation(zone, "bulkInsert", None, error=error, extra=meta)
         if rid:
             self._request_ids[rid] = (zone, op["name"])
@@ -345,7 +426,11 @@ class FakeCompute:
     def _validate_machine_type(self, zone: str, url: str) -> None:
         name = url.rsplit("/", 1)[-1]
         if name not in self.machine_types.get(zone, tuple(MACHINE_TYPES)):
-            raise ApiError(400, "invalid", f"Invalid value for field 'resource.machineType': '{url}'. Machine type with name '{name}' does not exist in zone '{zone}'.")
+            raise ApiError(
+                400,
+                "invalid",
+                f"Invalid value for field 'resource.machineType': '{url}'. Machine type with name '{name}' does not exist in zone '{zone}'.",
+            )
 
     def get(self, zone: str, name: str) -> dict[str, Any]:
         self._check_zone(zone)
@@ -354,7 +439,11 @@ class FakeCompute:
             raise fault
         inst = self.instances.get((zone, name))
         if inst is None:
-            raise ApiError(404, "notFound", f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not found")
+            raise ApiError(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not found",
+            )
         return inst
 
     def list(self, zone: str, query: dict[str, str]) -> dict[str, Any]:
@@ -366,7 +455,9 @@ class FakeCompute:
         if self.stale_lists > 0:
             self.stale_lists -= 1
             return self._paginate("compute#instanceList", [], query, zone)
-        items = [i for (z, _), i in sorted(self.instances.items()) if z == zone and matches(i, clauses)]
+        items = [
+            i for (z, _), i in sorted(self.instances.items()) if z == zone and matches(i, clauses)
+        ]
         return self._paginate("compute#instanceList", items, query, zone)
 
     def delete(self, zone: str, name: str, query: dict[str, str]) -> dict[str, Any]:
@@ -381,7 +472,11 @@ class FakeCompute:
         self._check_zone(zone)
         op = self.operations.get((zone, name))
         if op is None:
-            raise ApiError(404, "notFound", f"The resource 'projects/{self.project}/zones/{zone}/operations/{name}' was not found")
+            raise ApiError(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/zones/{zone}/operations/{name}' was not found",
+            )
         polls = self._polls.get((zone, name), 0) + 1
         self._polls[(zone, name)] = polls
         if op["status"] != "DONE" and polls >= self.operation_polls_before_done:
@@ -403,16 +498,30 @@ class FakeCompute:
         for name in self.machine_types.get(zone, tuple(MACHINE_TYPES)):
             cpus, mem, accels = MACHINE_TYPES[name]
             items.append(
-                {"kind": "compute#machineType", "id": self._next_id(), "name": name, "guestCpus": cpus, "memoryMb": mem,
-                 "accelerators": accels, "zone": zone, "selfLink": self._link(zone, "machineTypes", name)}
+                {
+                    "kind": "compute#machineType",
+                    "id": self._next_id(),
+                    "name": name,
+                    "guestCpus": cpus,
+                    "memoryMb": mem,
+                    "accelerators": accels,
+                    "zone": zone,
+                    "selfLink": self._link(zone, "machineTypes", name),
+                }
             )
         return self._paginate("compute#machineTypeList", items, query, zone)
 
     def accelerator_type_list(self, zone: str, query: dict[str, str]) -> dict[str, Any]:
         self._check_zone(zone)
         items = [
-            {"kind": "compute#acceleratorType", "id": self._next_id(), "name": name, "maximumCardsPerInstance": 8,
-             "zone": self._link(zone), "selfLink": self._link(zone, "acceleratorTypes", name)}
+            {
+                "kind": "compute#acceleratorType",
+                "id": self._next_id(),
+                "name": name,
+                "maximumCardsPerInstance": 8,
+                "zone": self._link(zone),
+                "selfLink": self._link(zone, "acceleratorTypes", name),
+            }
             for name in self.accelerator_types.get(zone, ACCELERATOR_TYPES)
         ]
         return self._paginate("compute#acceleratorTypeList", items, query, zone)
@@ -457,11 +566,20 @@ class _Handler(BaseHTTPRequestHandler):
                     if m is None:
                         continue
                     if m["project"] != compute.project:
-                        raise ApiError(403, "forbidden", f"Required 'compute' permission for 'projects/{m['project']}'")
+                        raise ApiError(
+                            403,
+                            "forbidden",
+                            f"Required 'compute' permission for 'projects/{m['project']}'",
+                        )
                     zone = m["zone"]
                     if handler in ("insert", "bulk_insert"):
                         result = getattr(compute, handler)(zone, query, body or {})
-                    elif handler in ("list", "op_list", "machine_type_list", "accelerator_type_list"):
+                    elif handler in (
+                        "list",
+                        "op_list",
+                        "machine_type_list",
+                        "accelerator_type_list",
+                    ):
                         result = getattr(compute, handler)(zone, query)
                     elif handler == "get":
                         result = compute.get(zone, m["name"])
@@ -476,7 +594,9 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
             self._send(err.status, err.body(), headers)
 
-    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -508,7 +628,9 @@ class ComputeServer:
         self.compute = compute or FakeCompute()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.compute = self.compute
-        self._thread = threading.Thread(target=self._server.serve_forever, name="gce-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gce-server", daemon=True
+        )
 
     @property
     def endpoint(self) -> str:
