@@ -12,13 +12,13 @@ from pathlib import Path
 
 from conftest import CLUSTER
 from gce_server import FakeCompute
+from spotfleet.policies.simple import SimplePolicy
+from spotfleet.providers.gcp import GcpProvider
 
 from spotfleet.clock import FakeClock
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.spec import JobSpec
-from spotfleet.policies.simple import SimplePolicy
-from spotfleet.providers.gcp import GcpProvider
 from spotfleet.store import Store
 
 EAST = "gcp:spot:a3-highgpu-8g:us-east4-a"  # $20.04/h: the cheapest 8×H100 spot pool configured
@@ -81,4 +81,8 @@ def test_stockout_falls_through_to_the_next_zone_in_one_step_and_is_avoided_for_
     controller.submit(_job("third"))
     controller.step()
     assert _inserted_zones(gce)[3:] == ["us-east4-a"]
-    assert sorted(i.zone for i in provider.list_instances()) == ["us-central1-a", "us-central1-a", "us-east4-a"]
+    assert sorted(i.zone for i in provider.list_instances()) == [
+        "us-central1-a",
+        "us-central1-a",
+        "us-east4-a",
+    ]
