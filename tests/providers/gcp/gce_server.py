@@ -629,7 +629,10 @@ class ComputeServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.compute = self.compute
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="gce-server", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="gce-server",
+            daemon=True,
         )
 
     @property
