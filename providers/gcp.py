@@ -30,14 +30,16 @@ Instance ids are ``<zone>/<name>`` (``gcp_resources.provider_id``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
+import google.auth.exceptions
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
-from google.auth.credentials import Credentials
+from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
 from spotfleet.providers import gcp_labels as labels_
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
@@ -81,12 +83,18 @@ class GcpClients:
     def create(cls, *, api_endpoint: str | None, credentials: Credentials | None) -> GcpClients:
         options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
         kwargs: dict[str, Any] = {"credentials": credentials, "client_options": options}
-        return cls(
-            instances=compute_v1.InstancesClient(**kwargs),
-            zone_operations=compute_v1.ZoneOperationsClient(**kwargs),
-            machine_types=compute_v1.MachineTypesClient(**kwargs),
-            accelerator_types=compute_v1.AcceleratorTypesClient(**kwargs),
-        )
+        try:
+            return cls(
+                instances=compute_v1.InstancesClient(**kwargs),
+                zone_operations=compute_v1.ZoneOperationsClient(**kwargs),
+                machine_types=compute_v1.MachineTypesClient(**kwargs),
+                accelerator_types=compute_v1.AcceleratorTypesClient(**kwargs),
+            )
+        except google.auth.exceptions.DefaultCredentialsError as exc:
+            raise PermanentError(
+                "no Google credentials: run on a VM with a service account, set "
+                "GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth application-default login`"
+            ) from exc
 
 
 class GcpProvider:
@@ -105,6 +113,8 @@ class GcpProvider:
         self._config = config
         self._cluster = cluster
         self._clock = clock
+        if credentials is None and config.anonymous_credentials:
+            credentials = AnonymousCredentials()
         self._clients = GcpClients.create(api_endpoint=config.api_endpoint, credentials=credentials)
         self._catalog = load_catalog([PROVIDER])
         self.zones = configured_zones(config, self._catalog)
@@ -369,3 +379,17 @@ class GcpProvider:
         current = [i for zone in self.zones for i in self._list_zone(zone, flt)]
         events.extend(self._events.from_instances(current, now))
         return events
+
+
+def from_options(
+    options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path | None = None
+) -> GcpProvider:
+    """Registry factory: ``providers: {gcp: {...}}`` in the controller config.
+
+    Validation errors propagate as pydantic ``ValidationError`` so the registry
+    reports them under ``providers.gcp.<field>``. Credentials come from the
+    environment (Application Default Credentials); ``data_dir`` is unused.
+    """
+    return GcpProvider(
+        GcpProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock
+    )

@@ -85,7 +85,8 @@ class GcpProviderConfig(BaseModel):
     termination_action: Literal["DELETE", "STOP"] = "DELETE"
     max_run_duration: Annotated[timedelta, Field(gt=timedelta(0))] | None = None
     n1_gpus: tuple[N1GpuShape, ...] = ()
-    api_endpoint: str | None = None
+    api_endpoint: str | None = None  # e.g. http://127.0.0.1:8085 for an emulator
+    anonymous_credentials: bool = False  # emulators only: send no credentials
     offerings_ttl: timedelta = timedelta(hours=1)
     request_timeout_s: float = Field(default=60.0, gt=0)
     operation_wait_rounds: int = Field(default=3, ge=1)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from gce_server import FakeCompute
+from gce_server import ComputeServer, FakeCompute
 from pydantic import ValidationError
+from spotfleet.providers import gcp
 from spotfleet.providers.gcp import GcpProvider
 from spotfleet.providers.gcp_config import GcpProviderConfig, N1GpuShape
 
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import FakeClock
+from spotfleet.errors import PermanentError
 from spotfleet.model.offering import Market
 
 
@@ -100,3 +103,31 @@ def test_config_parses_human_durations() -> None:
         project="my-project-1", zones=("us-central1-a",), max_run_duration="2h30m"
     )
     assert config.max_run_duration is not None and config.max_run_duration.total_seconds() == 9000
+
+
+def test_registry_factory_builds_a_working_provider(
+    gce_server: ComputeServer, clock: FakeClock
+) -> None:
+    options = {
+        "project": gce_server.compute.project,
+        "zones": ["us-central1-a"],
+        "api_endpoint": gce_server.endpoint,
+        "anonymous_credentials": True,
+    }
+    provider = gcp.from_options(options, cluster="c1", clock=clock)
+    assert provider.list_instances() == []
+    assert len(provider.offerings()) > 0
+    with pytest.raises(ValidationError, match="zone"):
+        gcp.from_options({**options, "zone": "us-central1-a"}, cluster="c1", clock=clock)
+
+
+def test_missing_credentials_is_a_permanent_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: FakeClock
+) -> None:
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    with pytest.raises(PermanentError, match="no Google credentials"):
+        gcp.from_options(
+            {"project": "my-project-1", "zones": ["us-central1-a"]}, cluster="c1", clock=clock
+        )
