@@ -114,7 +114,7 @@ class GcpProvider:
         self._cluster = cluster
         self._clock = clock
         if credentials is None and config.anonymous_credentials:
-            credentials = AnonymousCredentials()
+            credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
         self._clients = GcpClients.create(api_endpoint=config.api_endpoint, credentials=credentials)
         self._catalog = load_catalog([PROVIDER])
         self.zones = configured_zones(config, self._catalog)
