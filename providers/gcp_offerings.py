@@ -60,11 +60,6 @@ def n1_offerings(shape: N1GpuShape, zone: str, inventory: ZoneInventory) -> Iter
         price_per_hour=shape.on_demand_price,
         on_demand_price_per_hour=shape.on_demand_price,
         price_source="config",
-        extra=(
-            ("machine_type", shape.machine_type),
-            ("accelerator_type", shape.accelerator),
-            ("accelerator_count", str(shape.count)),
-        ),
     )
     yield base
     if shape.spot_price is not None and shape.spot_price < shape.on_demand_price:

@@ -56,12 +56,16 @@ class Shape:
 
     @classmethod
     def of(cls, offering: Offering) -> Shape:
-        extra = dict(offering.extra)
-        if "accelerator_type" in extra:
-            return cls(
-                extra["machine_type"], extra["accelerator_type"], int(extra["accelerator_count"])
-            )
-        return cls(offering.instance_type)
+        """Parsed from the instance type alone (the store keeps no offering extras).
+
+        ``n1-standard-8+1xnvidia-tesla-t4`` → N1 machine type plus one T4;
+        anything else is a machine type that carries its own GPUs.
+        """
+        machine_type, plus, accelerators = offering.instance_type.partition("+")
+        if not plus:
+            return cls(machine_type)
+        count, _, accelerator = accelerators.partition("x")
+        return cls(machine_type, accelerator, int(count))
 
 
 def region_of(zone: str) -> str:

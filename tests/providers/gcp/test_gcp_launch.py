@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable
 
@@ -160,6 +161,7 @@ def test_n1_shape_attaches_guest_accelerators(
         8.0,
         30.0,
     )
+    offering = dataclasses.replace(offering, extra=(("stale", "x"),))  # the type alone must say it all
     [inst] = provider.launch(launch_request(offering))
     assert inst.instance_type == "n1-standard-8+1xnvidia-tesla-t4"
     [call] = gce.calls_to("POST", "/instances")
