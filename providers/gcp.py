@@ -30,6 +30,7 @@ Instance ids are ``<zone>/<name>`` (``gcp_resources.provider_id``).
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,11 +38,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import google.auth.exceptions
+import httpx
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
 from spotfleet.providers import gcp_labels as labels_
+from spotfleet.providers import gcp_pricing
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
@@ -64,6 +67,7 @@ from spotfleet.model.events import InstanceEvent
 from spotfleet.model.offering import Offering, Offerings
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # zoneOperations.wait returns after at most ~2 minutes on GCE; allow for that.
 _WAIT_TIMEOUT_S = 150.0
@@ -119,6 +123,7 @@ class GcpProvider:
         self._catalog = load_catalog([PROVIDER])
         self.zones = configured_zones(config, self._catalog)
         self._offerings: tuple[datetime, Offerings] | None = None
+        self.last_repricing: gcp_pricing.Repriced | None = None
         self._events = EventTracker(
             name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice
         )
@@ -206,8 +211,30 @@ class GcpProvider:
             return self._offerings[1]
         inventories = {zone: self._inventory(zone) for zone in self.zones}
         result = build_offerings(self._config, inventories, catalog=self._catalog)
+        if self._config.billing_refresh:
+            result = self._refresh_prices(result, now)
         self._offerings = (now, result)
         return result
+
+    def _refresh_prices(self, offerings: Offerings, now: datetime) -> Offerings:
+        """Reprice from the Billing Catalog; on any HTTP failure keep catalog prices."""
+        config = self._config
+        key = config.billing_api_key.get_secret_value() if config.billing_api_key else None
+        try:
+            with httpx.Client(
+                base_url=config.billing_endpoint, timeout=config.request_timeout_s
+            ) as http:
+                skus = gcp_pricing.fetch_skus(http, api_key=key)
+        except httpx.HTTPError as exc:
+            log.warning("Cloud Billing Catalog unavailable, keeping catalog prices: %s", exc)
+            return offerings
+        self.last_repricing = gcp_pricing.reprice(offerings, skus, now=now)
+        log.info(
+            "repriced %d GCP offerings from the Billing Catalog (%d kept catalog prices)",
+            self.last_repricing.updated,
+            self.last_repricing.skipped,
+        )
+        return self.last_repricing.offerings
 
     # -- launch ----------------------------------------------------------------
 

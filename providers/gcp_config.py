@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from spotfleet.model.durations import parse_duration
 
@@ -85,6 +85,9 @@ class GcpProviderConfig(BaseModel):
     termination_action: Literal["DELETE", "STOP"] = "DELETE"
     max_run_duration: Annotated[timedelta, Field(gt=timedelta(0))] | None = None
     n1_gpus: tuple[N1GpuShape, ...] = ()
+    billing_refresh: bool = False  # reprice offerings from the Cloud Billing Catalog API
+    billing_api_key: SecretStr | None = None
+    billing_endpoint: str = "https://cloudbilling.googleapis.com"
     api_endpoint: str | None = None  # e.g. http://127.0.0.1:8085 for an emulator
     anonymous_credentials: bool = False  # emulators only: send no credentials
     offerings_ttl: timedelta = timedelta(hours=1)

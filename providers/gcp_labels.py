@@ -94,7 +94,9 @@ def cluster_filter(cluster: str) -> str:
 
 def request_filter(cluster: str, request_id: str) -> str:
     """Both clauses parenthesized, as the Compute list-filter grammar wants for AND."""
-    return f'({cluster_filter(cluster)}) AND (labels.{LABEL_REQUEST_ID} = "{label_value(request_id)}")'
+    return (
+        f'({cluster_filter(cluster)}) AND (labels.{LABEL_REQUEST_ID} = "{label_value(request_id)}")'
+    )
 
 
 def owned(labels: Mapping[str, str], cluster: str) -> bool:

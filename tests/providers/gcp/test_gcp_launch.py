@@ -161,7 +161,9 @@ def test_n1_shape_attaches_guest_accelerators(
         8.0,
         30.0,
     )
-    offering = dataclasses.replace(offering, extra=(("stale", "x"),))  # the type alone must say it all
+    offering = dataclasses.replace(
+        offering, extra=(("stale", "x"),)
+    )  # the type alone must say it all
     [inst] = provider.launch(launch_request(offering))
     assert inst.instance_type == "n1-standard-8+1xnvidia-tesla-t4"
     [call] = gce.calls_to("POST", "/instances")
