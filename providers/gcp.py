@@ -43,6 +43,13 @@ from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
+
+from spotfleet.bootstrap import render_bootstrap
+from spotfleet.catalog import load_catalog
+from spotfleet.clock import Clock
+from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
+from spotfleet.model.events import InstanceEvent
+from spotfleet.model.offering import Offering, Offerings
 from spotfleet.providers import gcp_labels as labels_
 from spotfleet.providers import gcp_pricing
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
@@ -58,13 +65,6 @@ from spotfleet.providers.gcp_resources import (
     split_provider_id,
     to_provider_instance,
 )
-
-from spotfleet.bootstrap import render_bootstrap
-from spotfleet.catalog import load_catalog
-from spotfleet.clock import Clock
-from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
-from spotfleet.model.events import InstanceEvent
-from spotfleet.model.offering import Offering, Offerings
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -124,9 +124,7 @@ class GcpProvider:
         self.zones = configured_zones(config, self._catalog)
         self._offerings: tuple[datetime, Offerings] | None = None
         self.last_repricing: gcp_pricing.Repriced | None = None
-        self._events = EventTracker(
-            name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice
-        )
+        self._events = EventTracker(name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice)
 
     # -- plumbing --------------------------------------------------------------
 
@@ -173,17 +171,13 @@ class GcpProvider:
         return operation
 
     def _list_zone(self, zone: str, filter_: str) -> list[ProviderInstance]:
-        request = compute_v1.ListInstancesRequest(
-            project=self._config.project, zone=zone, filter=filter_
-        )
+        request = compute_v1.ListInstancesRequest(project=self._config.project, zone=zone, filter=filter_)
         raw = self._call(lambda: list(self._clients.instances.list(request=request, **self._opts)))
         return [to_provider_instance(i) for i in raw if labels_.owned(i.labels, self._cluster)]
 
     def _get_raw(self, zone: str, name: str, pid: str) -> compute_v1.Instance:
         return self._call(
-            lambda: self._clients.instances.get(
-                project=self._config.project, zone=zone, instance=name, **self._opts
-            ),
+            lambda: self._clients.instances.get(project=self._config.project, zone=zone, instance=name, **self._opts),
             instance_id=pid,
         )
 
@@ -195,9 +189,7 @@ class GcpProvider:
             lambda: list(self._clients.machine_types.list(project=project, zone=zone, **self._opts))
         )
         accelerators = self._call(
-            lambda: list(
-                self._clients.accelerator_types.list(project=project, zone=zone, **self._opts)
-            )
+            lambda: list(self._clients.accelerator_types.list(project=project, zone=zone, **self._opts))
         )
         return ZoneInventory(
             sizes={m.name: (float(m.guest_cpus), m.memory_mb / 1024) for m in machine_types},
@@ -221,9 +213,7 @@ class GcpProvider:
         config = self._config
         key = config.billing_api_key.get_secret_value() if config.billing_api_key else None
         try:
-            with httpx.Client(
-                base_url=config.billing_endpoint, timeout=config.request_timeout_s
-            ) as http:
+            with httpx.Client(base_url=config.billing_endpoint, timeout=config.request_timeout_s) as http:
                 skus = gcp_pricing.fetch_skus(http, api_key=key)
         except httpx.HTTPError as exc:
             log.warning("Cloud Billing Catalog unavailable, keeping catalog prices: %s", exc)
@@ -241,9 +231,7 @@ class GcpProvider:
     def launch(self, request: LaunchRequest) -> list[ProviderInstance]:
         """Buy ``request.count`` VMs of the first acceptable offering with capacity."""
         if request.count < 1:
-            raise PermanentError(
-                f"launch {request.request_id}: count must be ≥ 1, got {request.count}"
-            )
+            raise PermanentError(f"launch {request.request_id}: count must be ≥ 1, got {request.count}")
         foreign = [o.key for o in request.acceptable if o.provider != PROVIDER]
         if foreign:
             raise PermanentError(f"launch {request.request_id}: not GCP offerings: {foreign}")
@@ -294,9 +282,7 @@ class GcpProvider:
                     bulk_insert_instance_resource_resource=compute_v1.BulkInsertInstanceResource(
                         count=request.count,
                         min_count=1,  # partial fulfilment: the Protocol returns fewer
-                        name_pattern=labels_.bulk_name_pattern(
-                            self._cluster, request.request_id, request.count
-                        ),
+                        name_pattern=labels_.bulk_name_pattern(self._cluster, request.request_id, request.count),
                         instance_properties=compute_v1.InstanceProperties(**fields(zonal=False)),
                     ),
                     request_id=gce_request_id,
@@ -305,15 +291,11 @@ class GcpProvider:
         except gexc.Conflict:
             operation = None  # our deterministic name exists: this request already launched it
         except gexc.GoogleAPICallError as exc:
-            raise from_api_error(
-                exc, offering=offering, default_retry_after=config.default_retry_after_s
-            ) from exc
+            raise from_api_error(exc, offering=offering, default_retry_after=config.default_retry_after_s) from exc
         if operation is not None:
             operation = self._wait(zone, operation, offering=offering)
         if operation is not None and operation.status == _DONE:
-            error = from_operation(
-                operation, offering=offering, default_retry_after=config.default_retry_after_s
-            )
+            error = from_operation(operation, offering=offering, default_retry_after=config.default_retry_after_s)
             if error is not None:
                 raise error
         launched = self._list_zone(zone, labels_.request_filter(self._cluster, request.request_id))
@@ -417,6 +399,4 @@ def from_options(
     reports them under ``providers.gcp.<field>``. Credentials come from the
     environment (Application Default Credentials); ``data_dir`` is unused.
     """
-    return GcpProvider(
-        GcpProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock
-    )
+    return GcpProvider(GcpProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock)

@@ -22,7 +22,9 @@ LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 # Ubuntu accelerator images ship NVIDIA drivers signed for Secure Boot, so they
 # boot with Shielded VM on. (Family name from GCP docs; unverified offline.)
-DEFAULT_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550"
+DEFAULT_IMAGE = (
+    "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550"
+)
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # GPU memory (GiB) of the accelerators that attach to N1 machine types.
@@ -50,9 +52,7 @@ class N1GpuShape(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     machine_type: str = Field(pattern=r"^n1-(standard|highmem|highcpu)-\d+$")
-    accelerator: Literal[
-        "nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"
-    ]
+    accelerator: Literal["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"]
     count: Literal[1, 2, 4, 8] = 1
     on_demand_price: float = Field(gt=0)
     spot_price: float | None = Field(default=None, gt=0)
@@ -127,9 +127,7 @@ class GcpProviderConfig(BaseModel):
                     "at most 63 characters, and not starting with 'spotfleet-' (reserved for ownership)"
                 )
             if not LABEL_VALUE_RE.match(value):
-                raise ValueError(
-                    f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63"
-                )
+                raise ValueError(f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63")
         return labels
 
     @model_validator(mode="after")

@@ -68,8 +68,7 @@ def tags_to_labels(tags: Mapping[str, str]) -> dict[str, str]:
 def labels_to_tags(labels: Mapping[str, str]) -> dict[str, str]:
     """Best-effort inverse for instances without the metadata copy (values may be hashed)."""
     return {
-        f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v
-        for k, v in labels.items()
+        f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v for k, v in labels.items()
     }
 
 
@@ -94,9 +93,7 @@ def cluster_filter(cluster: str) -> str:
 
 def request_filter(cluster: str, request_id: str) -> str:
     """Both clauses parenthesized, as the Compute list-filter grammar wants for AND."""
-    return (
-        f'({cluster_filter(cluster)}) AND (labels.{LABEL_REQUEST_ID} = "{label_value(request_id)}")'
-    )
+    return f'({cluster_filter(cluster)}) AND (labels.{LABEL_REQUEST_ID} = "{label_value(request_id)}")'
 
 
 def owned(labels: Mapping[str, str], cluster: str) -> bool:

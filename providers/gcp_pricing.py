@@ -73,9 +73,7 @@ class Sku:
             return None
 
 
-def fetch_skus(
-    http: httpx.Client, *, api_key: str | None = None, page_size: int = 5000
-) -> list[Sku]:
+def fetch_skus(http: httpx.Client, *, api_key: str | None = None, page_size: int = 5000) -> list[Sku]:
     """Every Compute Engine SKU (paginated). Raises ``httpx.HTTPError`` on failure."""
     skus: list[Sku] = []
     params: dict[str, str] = {"currencyCode": "USD", "pageSize": str(page_size)}
@@ -120,9 +118,7 @@ class Repriced:
     skipped: int
 
 
-def reprice(
-    offerings: Iterable[Offering], skus: list[Sku], *, now: datetime, tolerance: float = 3.0
-) -> Repriced:
+def reprice(offerings: Iterable[Offering], skus: list[Sku], *, now: datetime, tolerance: float = 3.0) -> Repriced:
     """Offerings with prices from the SKUs where every part is known and sane."""
     out: list[Offering] = []
     updated = skipped = 0

@@ -10,16 +10,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from gce_server import FakeCompute
+
 from spotfleet.providers.gcp import GcpProvider
 from spotfleet.providers.gcp_pricing import PRICE_SOURCE
+from tests.providers.gcp.gce_server import FakeCompute
 
 US_EAST4 = ["us-east4"]
 
 
-def sku(
-    description: str, usage: str, price: float, regions: list[str], unit: str = "h"
-) -> dict[str, Any]:
+def sku(description: str, usage: str, price: float, regions: list[str], unit: str = "h") -> dict[str, Any]:
     units, nanos = int(price), round((price - int(price)) * 1e9)
     return {
         "name": f"services/6F81-5844-456A/skus/{description.replace(' ', '-')}",
@@ -103,9 +102,7 @@ def billing() -> Iterator[tuple[str, list[dict[str, str]]]]:
             self.wfile.write(data)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
@@ -118,9 +115,7 @@ def test_refresh_prices_a3_from_its_parts(
     billing: tuple[str, list[dict[str, str]]],
 ) -> None:
     endpoint, seen = billing
-    provider = make_provider(
-        billing_refresh=True, billing_endpoint=endpoint, billing_api_key="k-123"
-    )
+    provider = make_provider(billing_refresh=True, billing_endpoint=endpoint, billing_api_key="k-123")
     offerings = provider.offerings()
 
     spot = offerings.find("gcp:spot:a3-highgpu-8g:us-east4-a")
@@ -139,9 +134,7 @@ def test_refresh_prices_a3_from_its_parts(
     assert len(seen) == 3 and all(q["key"] == "k-123" and q["currencyCode"] == "USD" for q in seen)
 
 
-def test_billing_outage_keeps_catalog_prices(
-    make_provider: Callable[..., GcpProvider], gce: FakeCompute
-) -> None:
+def test_billing_outage_keeps_catalog_prices(make_provider: Callable[..., GcpProvider], gce: FakeCompute) -> None:
     provider = make_provider(billing_refresh=True, billing_endpoint="http://127.0.0.1:9")
     offerings = provider.offerings()
     assert len(offerings) > 0 and {o.price_source for o in offerings} == {"catalog"}
