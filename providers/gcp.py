@@ -299,8 +299,9 @@ class GcpProvider:
             if error is not None:
                 raise error
         launched = self._list_zone(zone, labels_.request_filter(self._cluster, request.request_id))
-        if not launched and request.count == 1 and (operation is None or operation.status != _DONE):
-            launched = [self._pending(offering, name, tags)]
+        if not launched and operation is not None and operation.status != _DONE:
+            names = labels_.launch_names(self._cluster, request.request_id, request.count)
+            launched = [self._pending(offering, n, tags) for n in names]
         self._events.remember(i.provider_id for i in launched)
         return launched
 

@@ -116,6 +116,15 @@ def bulk_name_pattern(cluster: str, request_id: str, count: int) -> str:
     return f"{instance_name(cluster, request_id)}-{'#' * width}"
 
 
+def launch_names(cluster: str, request_id: str, count: int) -> list[str]:
+    """The VM names a launch of ``count`` creates (bulkInsert numbers from 1)."""
+    if count == 1:
+        return [instance_name(cluster, request_id)]
+    pattern = bulk_name_pattern(cluster, request_id, count)
+    width = pattern.count("#")
+    return [pattern.replace("#" * width, str(n).zfill(width)) for n in range(1, count + 1)]
+
+
 def gce_request_id(request_id: str, *, scope: str) -> str:
     """A UUID (GCE's required ``requestId`` form) derived from a spotfleet request id.
 

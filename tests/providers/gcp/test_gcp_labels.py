@@ -58,6 +58,8 @@ def test_names_are_valid_stable_and_scoped_to_the_cluster(cluster: str, request_
     assert name.startswith(gcp_labels.name_prefix(cluster))
     pattern = gcp_labels.bulk_name_pattern(cluster, request_id, count)
     assert NAME.match(pattern.replace("#", "0")) and pattern.count("#") >= len(str(count))
+    names = gcp_labels.launch_names(cluster, request_id, count)
+    assert len(set(names)) == count and all(NAME.match(n) for n in names)
 
 
 def test_gce_request_ids_are_uuids_stable_per_scope() -> None:

@@ -174,3 +174,15 @@ def test_unfinished_operation_returns_a_pending_instance(
     assert inst.state is CloudState.PENDING
     assert inst.provider_id.startswith("us-central1-a/sf-")
     assert inst.tags[TAG_REQUEST_ID] == "req-01HZX3K5" and inst.tags[TAG_INSTANCE_ID] == "i-Node/7"
+
+
+def test_unfinished_bulk_returns_pending_instances_named_like_bulk_insert(
+    make_provider: Callable[..., GcpProvider], gce: FakeCompute
+) -> None:
+    provider = make_provider(operation_wait_rounds=1)
+    offering = offering_in(provider, "g2-standard-8", "us-central1-b")
+    gce.operation_polls_before_done = 5
+    gce.stale_lists = 2  # the idempotency lookup and the post-launch list both miss the new VMs
+    pending = provider.launch(launch_request(offering, count=3))
+    assert [i.state for i in pending] == [CloudState.PENDING] * 3
+    assert sorted(i.provider_id for i in pending) == sorted(i.provider_id for i in provider.list_instances())
