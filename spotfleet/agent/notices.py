@@ -249,7 +249,7 @@ class AwsImdsWatcher(_PollingWatcher):
 
     def poll(self) -> list[InstanceEvent]:
         self.stats.polls += 1
-        self.next_delay = self.interval
+        started = self.clock.now()
         events: list[InstanceEvent] = []
         try:
             if not self._instance_id:
@@ -260,8 +260,11 @@ class AwsImdsWatcher(_PollingWatcher):
             events += self._check_maintenance()
         except TransientMetadataError as exc:
             self._failed(exc)
-            return events
-        self._recovered()
+        else:
+            self._recovered()
+        # Keep the cadence: a slow round (a timeout) shortens the wait after it.
+        spent = (self.clock.now() - started).total_seconds()
+        self.next_delay = min(self.interval, max(0.0, self.interval - spent))
         return events
 
     # -- the three notices ---------------------------------------------------

@@ -180,3 +180,12 @@ def test_events_loop_waits_the_interval_with_the_injected_sleep(imds: AwsImdsSer
     assert sleeps == [1.0, 1.0, 1.0]
     assert event.observed_at == START + timedelta(seconds=3)
     assert event.deadline == START + timedelta(seconds=123)
+
+
+def test_a_slow_round_shortens_the_next_wait(imds: AwsImdsServer) -> None:
+    with AwsImdsWatcher(imds.url, interval=1.0, timeout=0.3) as watcher:  # the real clock
+        watcher.poll()
+        assert 0.9 < watcher.next_delay <= 1.0
+        imds.faults.hang_next(1, seconds=3)
+        watcher.poll()  # one request times out after 0.3 s
+        assert watcher.next_delay <= 0.7
