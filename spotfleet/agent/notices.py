@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import httpx
 
@@ -153,7 +153,7 @@ class _PollingWatcher:
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def __enter__(self) -> _PollingWatcher:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

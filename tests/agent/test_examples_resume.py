@@ -151,7 +151,12 @@ def test_notice_from_the_metadata_endpoint_to_a_resumed_job(tmp_path: Path, runs
         until(lambda: len(run.steps()) >= 50)
         imds.announce("spot", 120)
         events: list[InstanceEvent] = []
-        until(lambda: bool(events.extend(watcher.poll()) or events))
+
+        def noticed() -> bool:
+            events.extend(watcher.poll())
+            return bool(events)
+
+        until(noticed)
         assert [(e.kind, e.provider, e.provider_instance_id) for e in events] == [(NoticeKind.SPOT_INTERRUPTION, "local", "i-42")]
         delivery.deliver(events[0])
         assert run.wait() == CHECKPOINTED_EXIT_CODE

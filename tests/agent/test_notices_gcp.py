@@ -9,7 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotfleet.agent.notices import AwsImdsWatcher, GcpMetadataWatcher, InstanceIdentity, watcher_for
+from spotfleet.agent.notices import (
+    AwsImdsWatcher,
+    GcpMetadataWatcher,
+    InstanceIdentity,
+    watcher_for,
+)
 from spotfleet.clock import FakeClock
 from spotfleet.errors import InvalidSpec
 from spotfleet.metadata import GcpMetadataServer

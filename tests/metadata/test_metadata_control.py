@@ -10,7 +10,13 @@ import httpx
 import pytest
 
 from spotfleet.errors import InvalidSpec
-from spotfleet.metadata import AwsImdsServer, GcpMetadataServer, UnsupportedNotice, control, server_for
+from spotfleet.metadata import (
+    AwsImdsServer,
+    GcpMetadataServer,
+    UnsupportedNotice,
+    control,
+    server_for,
+)
 
 
 def test_notice_and_clear_over_http(imds: AwsImdsServer) -> None:
