@@ -60,6 +60,7 @@ ENV_CHECKPOINT_SIGNAL = "SPOTFLEET_CHECKPOINT_SIGNAL"
 DEFAULT_SIGNAL = "SIGUSR1"
 CHECKPOINT_PREFIX = "ckpt-"
 PERIODIC_KIND = "checkpoint"  # notice kind of an on-schedule (periodic) checkpoint request
+SOFT_KINDS = frozenset({"rebalance", PERIODIC_KIND})  # save and carry on
 
 
 def job_environment(
@@ -138,7 +139,7 @@ def _fsync_dir(directory: Path) -> None:
 class Notice:
     """What the agent wrote to ``SPOTFLEET_NOTICE_FILE``."""
 
-    kind: str  # spot_interruption, rebalance, maintenance, terminated, drain, checkpoint
+    kind: str  # spot_interruption, rebalance, maintenance, drain (controller's order), checkpoint (periodic)
     deadline: datetime | None  # when the instance goes away (absolute UTC); None for a soft notice
     seconds_left: float | None  # at the time the agent wrote the notice
     exit: bool  # True: save, then exit with CHECKPOINTED_EXIT_CODE; False: save and carry on
@@ -151,12 +152,18 @@ class Notice:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Notice:
+        """Parse a notice; without an ``exit`` field, a deadline means "exit after
+        saving" unless the kind is a soft one (rebalance, periodic checkpoint)."""
         seconds = data.get("seconds_left")
+        kind = str(data.get("kind", ""))
+        deadline = _parse_time(data.get("deadline"))
+        raw_exit = data.get("exit")
+        exit_after = raw_exit if isinstance(raw_exit, bool) else deadline is not None and kind not in SOFT_KINDS
         return cls(
-            kind=str(data.get("kind", "")),
-            deadline=_parse_time(data.get("deadline")),
+            kind=kind,
+            deadline=deadline,
             seconds_left=float(seconds) if isinstance(seconds, int | float) else None,
-            exit=bool(data.get("exit", False)),
+            exit=exit_after,
             issued_at=_parse_time(data.get("issued_at")),
         )
 

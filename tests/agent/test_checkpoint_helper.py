@@ -125,6 +125,22 @@ def test_notice_file_decides_whether_to_exit(env: dict[str, str], tmp_path: Path
     assert ck.notice() is None
 
 
+@pytest.mark.parametrize(
+    ("payload", "exit_after"),
+    [
+        ({"kind": "drain", "deadline": "2026-03-01T12:02:00+00:00", "seconds_left": 120}, True),
+        ({"kind": "spot_interruption", "deadline": "2026-03-01T12:02:00Z"}, True),
+        ({"kind": "rebalance", "deadline": "2026-03-01T12:02:00Z"}, False),
+        ({"kind": "checkpoint", "deadline": None}, False),
+        ({"kind": "drain", "deadline": "2026-03-01T12:02:00Z", "exit": False}, False),
+    ],
+)
+def test_notice_without_an_exit_field_is_inferred(env: dict[str, str], tmp_path: Path, payload: dict[str, object], exit_after: bool) -> None:
+    (tmp_path / "notice.json").write_text(json.dumps(payload))
+    notice = Checkpointer(env=env).notice()
+    assert notice is not None and notice.exit is exit_after
+
+
 def test_progress_is_throttled_and_read_by_the_agent(env: dict[str, str], tmp_path: Path) -> None:
     now = [0.0]
     ck = Checkpointer(env=env, progress_interval=5.0, monotonic=lambda: now[0])
