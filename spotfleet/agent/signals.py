@@ -71,10 +71,11 @@ class JobTarget:
         grace: timedelta = timedelta(seconds=10),
         interval: timedelta | None = None,
     ) -> JobTarget:
-        """A job the agent started with ``start_new_session=True`` (its own group)."""
+        """A job the agent started in its own process group (``process_group=0``
+        or ``start_new_session=True``), so its group id is its pid."""
         return cls(
             job_id=job_id,
-            pgid=os.getpgid(process.pid),
+            pgid=process.pid,
             notice_file=notice_file,
             is_running=lambda: process.poll() is None,
             signal=signal.Signals[signal_name],
@@ -161,7 +162,11 @@ def _iso(when: datetime) -> str:
 
 
 class NoticeDelivery:
-    """Notices, signals and escalation for the jobs on one node."""
+    """Notices, signals and escalation for the jobs on one node.
+
+    Not thread-safe: call ``track``, ``deliver`` and ``tick`` from one thread
+    (normally the agent loop, which a watcher thread hands its events to).
+    """
 
     def __init__(self, *, clock: Clock, kill: Kill = os.killpg) -> None:
         self.clock = clock

@@ -35,11 +35,14 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
             ),
         }
 
-    argv = [sys.executable, str(SCRIPT), "--steps", "400", "--checkpoint-every", "1000", "--batch-size", "32"]
+    argv = [sys.executable, str(SCRIPT), "--steps", "2000", "--checkpoint-every", "1000", "--batch-size", "32"]
     proc = subprocess.Popen(argv, env=env(0), start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and "starting at step 0" in proc.stdout.readline()
-        time.sleep(0.5)  # let it train a few steps (a real process, not a policy)
+        give_up = time.monotonic() + 60
+        while not (tmp_path / "progress.json").exists():  # its first step is done
+            assert time.monotonic() < give_up and proc.poll() is None
+            time.sleep(0.01)
         delivery = NoticeDelivery(clock=clock)
         now = clock.now()
         notice = InstanceEvent("local", "i-1", NoticeKind.SPOT_INTERRUPTION, now, now + timedelta(seconds=120), source="imds")
@@ -52,8 +55,8 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
         if proc.stdout is not None:
             proc.stdout.close()
     saved = Checkpointer(env=env(1)).latest()
-    assert saved is not None and saved.path.suffix == ".pt" and 0 < saved.step < 400
+    assert saved is not None and saved.path.suffix == ".pt" and 0 < saved.step < 2000
 
     result = subprocess.run(argv, env=env(1), capture_output=True, text=True, timeout=120, check=True)
-    assert f"starting at step {saved.step} of 400" in result.stdout
-    assert "done: 400 steps" in result.stdout
+    assert f"starting at step {saved.step} of 2000" in result.stdout
+    assert "done: 2000 steps" in result.stdout

@@ -26,7 +26,8 @@ from spotfleet.metadata import AwsImdsServer
 from spotfleet.model.events import InstanceEvent, NoticeKind
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-STEPS = 300
+STEPS = 400
+STEP_SECONDS = "0.005"  # 2 s per full run: ample slack to deliver the notice mid-run on a loaded machine
 
 
 def until(predicate: Callable[[], bool], *, timeout: float = 20.0) -> None:
@@ -95,7 +96,7 @@ def notice(clock: FakeClock | SystemClock, seconds: float = 120) -> InstanceEven
 
 
 def test_counter_checkpoints_on_notice_and_resumes_exactly(tmp_path: Path, clock: FakeClock, runs: list[Run]) -> None:
-    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", "0.002")
+    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS)
     runs.append(run)
     delivery = NoticeDelivery(clock=clock)
     delivery.track(run.start())
@@ -116,7 +117,7 @@ def test_counter_checkpoints_on_notice_and_resumes_exactly(tmp_path: Path, clock
 
 def test_job_ignoring_the_signal_loses_at_most_one_interval(tmp_path: Path, clock: FakeClock, runs: list[Run]) -> None:
     every = 20
-    run = Run(tmp_path, "ignore_signal.py", "--steps", str(STEPS), "--step-seconds", "0.002", "--checkpoint-every", str(every))
+    run = Run(tmp_path, "ignore_signal.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS, "--checkpoint-every", str(every))
     runs.append(run)
     delivery = NoticeDelivery(clock=clock)
     delivery.track(run.start())
@@ -140,7 +141,7 @@ def test_job_ignoring_the_signal_loses_at_most_one_interval(tmp_path: Path, cloc
 
 def test_notice_from_the_metadata_endpoint_to_a_resumed_job(tmp_path: Path, runs: list[Run]) -> None:
     clock = SystemClock()
-    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", "0.002")
+    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS)
     runs.append(run)
     with (
         AwsImdsServer(instance_id="i-42", zone="us-east-1a") as imds,

@@ -32,7 +32,7 @@ def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
 
 @pytest.fixture
 def watcher(gce: GcpMetadataServer, clock: FakeClock) -> Iterator[GcpMetadataWatcher]:
-    with GcpMetadataWatcher(gce.url, clock=clock, wait_timeout=5, timeout=0.5) as w:
+    with GcpMetadataWatcher(gce.url, clock=clock, wait_timeout=5, timeout=2.0) as w:
         yield w
 
 
@@ -136,7 +136,7 @@ def test_events_loop_sleeps_only_to_back_off(gce: GcpMetadataServer, clock: Fake
         if len(sleeps) == 2:
             gce.announce("spot")
 
-    watcher = GcpMetadataWatcher(gce.url, clock=clock, sleep=sleep, wait_timeout=5, timeout=0.5)
+    watcher = GcpMetadataWatcher(gce.url, clock=clock, sleep=sleep, wait_timeout=5, timeout=2.0)
     gce.faults.fail_next(2)
     events = watcher.events()
     event = next(events)
