@@ -476,6 +476,25 @@ def watcher_for(
 DEFAULT_BASE_URLS = {"aws": "http://169.254.169.254", "gcp": "http://metadata.google.internal"}
 
 
+def start_watching(
+    watcher: NoticeWatcher, on_event: Callable[[InstanceEvent], object], *, name: str = "notice-watcher"
+) -> threading.Thread:
+    """Run ``watcher.events()`` in a daemon thread, handing each event to ``on_event``.
+
+    The agent wires it as ``start_watching(watcher, lambda e: agent.notice(kind=e.kind.value,
+    deadline=e.deadline, source=e.source))``; ``watcher.close()`` ends the thread
+    after the current round.
+    """
+
+    def loop() -> None:
+        for event in watcher.events():
+            on_event(event)
+
+    thread = threading.Thread(target=loop, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 def _json_object(response: httpx.Response, path: str) -> dict[str, Any]:
     try:
         body = json.loads(response.text)

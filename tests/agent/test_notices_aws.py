@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotfleet.agent.notices import AwsImdsWatcher, InstanceIdentity
+from spotfleet.agent.notices import AwsImdsWatcher, InstanceIdentity, start_watching
 from spotfleet.clock import FakeClock
 from spotfleet.metadata import AwsImdsServer
-from spotfleet.model.events import NoticeKind
+from spotfleet.model.events import InstanceEvent, NoticeKind
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)  # the conftest clock's start
 
@@ -189,3 +190,21 @@ def test_a_slow_round_shortens_the_next_wait(imds: AwsImdsServer) -> None:
         imds.faults.hang_next(1, seconds=3)
         watcher.poll()  # one request times out after 0.3 s
         assert watcher.next_delay <= 0.7
+
+
+def test_start_watching_hands_events_to_the_agent(imds: AwsImdsServer) -> None:
+    seen: list[InstanceEvent] = []
+    got_one = threading.Event()
+
+    def on_event(event: InstanceEvent) -> None:
+        seen.append(event)
+        got_one.set()
+
+    watcher = AwsImdsWatcher(imds.url, interval=0.01, timeout=1.0)
+    imds.announce("spot", 120)
+    thread = start_watching(watcher, on_event)
+    assert got_one.wait(timeout=10)
+    watcher.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert [e.kind for e in seen] == [NoticeKind.SPOT_INTERRUPTION]
