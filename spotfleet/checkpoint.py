@@ -259,9 +259,16 @@ class Checkpointer:
         return self._requested.is_set()
 
     def should_exit(self) -> bool:
-        """Must the job stop after saving? (The instance is going away.)"""
+        """Must the job stop after saving? (The instance is going away.)
+
+        True after SIGTERM, or after the checkpoint signal when the notice says
+        ``exit``. A notice file without a signal to this process is stale (the
+        agent writes the file, then signals) and is ignored.
+        """
         if self._terminating.is_set():
             return True
+        if self.signals_received == 0:
+            return False
         notice = self.notice()
         return notice is not None and notice.exit
 

@@ -107,8 +107,10 @@ def test_signal_sets_should_checkpoint_and_save_clears_it(env: dict[str, str], r
     assert ck.should_checkpoint() and ck.should_exit()
 
 
-def test_notice_file_decides_whether_to_exit(env: dict[str, str], tmp_path: Path) -> None:
+def test_notice_file_decides_whether_to_exit(env: dict[str, str], tmp_path: Path, restore_handlers: None) -> None:
     ck = Checkpointer(env=env)
+    ck.install()
+    os.kill(os.getpid(), signal.SIGUSR2)  # the agent writes the notice, then signals
     now = datetime(2026, 3, 1, 12, tzinfo=UTC)
     rebalance = InstanceEvent("aws", "i", NoticeKind.REBALANCE, now, None)
     (tmp_path / "notice.json").write_text(json.dumps(notice_payload(rebalance, now=now)))
@@ -123,6 +125,14 @@ def test_notice_file_decides_whether_to_exit(env: dict[str, str], tmp_path: Path
     assert ck.should_exit()
     (tmp_path / "notice.json").write_text("{not json")
     assert ck.notice() is None
+
+
+def test_a_stale_notice_without_a_signal_is_ignored(env: dict[str, str], tmp_path: Path) -> None:
+    """A notice left from an earlier attempt must not stop the resumed one at its first save."""
+    (tmp_path / "notice.json").write_text(json.dumps({"kind": "spot_interruption", "deadline": "2026-03-01T12:02:00Z", "exit": True}))
+    ck = Checkpointer(env=env)
+    ck.save_json({}, step=1)
+    assert ck.notice() is not None and not ck.should_exit()
 
 
 @pytest.mark.parametrize(

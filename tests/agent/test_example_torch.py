@@ -35,7 +35,7 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
             ),
         }
 
-    argv = [sys.executable, str(SCRIPT), "--steps", "2000", "--checkpoint-every", "1000", "--batch-size", "32"]
+    argv = [sys.executable, str(SCRIPT), "--steps", "600", "--checkpoint-every", "250", "--batch-size", "32"]
     proc = subprocess.Popen(argv, env=env(0), start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and "starting at step 0" in proc.stdout.readline()
@@ -55,8 +55,8 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
         if proc.stdout is not None:
             proc.stdout.close()
     saved = Checkpointer(env=env(1)).latest()
-    assert saved is not None and saved.path.suffix == ".pt" and 0 < saved.step < 2000
+    assert saved is not None and saved.path.suffix == ".pt" and 0 < saved.step < 600
 
     result = subprocess.run(argv, env=env(1), capture_output=True, text=True, timeout=120, check=True)
-    assert f"starting at step {saved.step} of 2000" in result.stdout
-    assert "done: 2000 steps" in result.stdout
+    assert f"starting at step {saved.step} of 600" in result.stdout
+    assert "done: 600 steps" in result.stdout

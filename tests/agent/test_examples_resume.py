@@ -65,12 +65,12 @@ class Run:
                 checkpoint_dir=self.root / "ckpt",
                 attempt=self.attempt,
                 resume=self.attempt > 0,
-                notice_file=self.root / f"notice-{self.attempt}.json",
+                notice_file=self.root / "notice.json",  # left over between attempts, as a stale file would be
                 progress_file=self.root / "progress.json",
             ),
         }
         self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL)
-        return JobTarget.for_process("counter", self.proc, notice_file=self.root / f"notice-{self.attempt}.json")
+        return JobTarget.for_process("counter", self.proc, notice_file=self.root / "notice.json")
 
     def wait(self) -> int:
         assert self.proc is not None
@@ -96,7 +96,7 @@ def notice(clock: FakeClock | SystemClock, seconds: float = 120) -> InstanceEven
 
 
 def test_counter_checkpoints_on_notice_and_resumes_exactly(tmp_path: Path, clock: FakeClock, runs: list[Run]) -> None:
-    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS)
+    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS, "--checkpoint-every", "100")
     runs.append(run)
     delivery = NoticeDelivery(clock=clock)
     delivery.track(run.start())
