@@ -28,6 +28,7 @@ seen). One connection, no threads, nothing missed between requests thanks to
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import threading
@@ -101,7 +102,7 @@ def parse_utc(text: str) -> datetime:
     return value.astimezone(UTC)
 
 
-class _PollingWatcher:
+class _PollingWatcher(abc.ABC):
     """The loop, the stop flag and the error bookkeeping both watchers share."""
 
     source = ""
@@ -130,8 +131,9 @@ class _PollingWatcher:
 
     # -- the loop ------------------------------------------------------------
 
+    @abc.abstractmethod
     def poll(self) -> list[InstanceEvent]:
-        raise NotImplementedError  # pragma: no cover - each watcher defines it
+        """One round of requests; the notices first seen in it."""
 
     def events(self) -> Iterator[InstanceEvent]:
         """Poll until ``close()``; yields each notice once."""
