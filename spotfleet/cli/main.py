@@ -33,11 +33,12 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server
+    from spotfleet.cli import demo, jobs, local, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    local.register(app)
 
 
 _register()
