@@ -56,12 +56,13 @@ class Slot:
 class Cap:
     """Room left on one instance during a plan."""
 
-    __slots__ = ("cpus", "free", "id", "jobs", "memory", "new", "offering", "schedulable", "slots", "tenant",
-                 "touched")
+    __slots__ = ("cpus", "free", "id", "jobs", "memory", "new", "offering", "pool", "schedulable", "slots",
+                 "tenant", "touched")
 
     def __init__(self, instance_id: str, offering: Offering, *, schedulable: bool = True, new: bool = False) -> None:
         self.id = instance_id
         self.offering = offering
+        self.pool = offering.key
         self.free: list[int] = list(range(offering.gpu_count))
         self.slots: dict[int, Slot] = {}
         self.cpus = offering.vcpus
@@ -212,7 +213,8 @@ class Cap:
         self.free.sort()
 
     def clone(self) -> Cap:
-        c = Cap(self.id, self.offering, schedulable=self.schedulable, new=self.new)
+        c = Cap.__new__(Cap)
+        c.id, c.offering, c.pool, c.schedulable, c.new = self.id, self.offering, self.pool, self.schedulable, self.new
         c.free = list(self.free)
         c.slots = {i: Slot(s.mode, s.slices, s.memory_gib, s.fraction) for i, s in self.slots.items()}
         c.cpus, c.memory, c.jobs, c.tenant, c.touched = self.cpus, self.memory, list(self.jobs), self.tenant, self.touched

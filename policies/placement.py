@@ -74,8 +74,8 @@ class Fleet:
     def __init__(self) -> None:
         self.caps: dict[str, Cap] = {}
         self.pools: dict[str, list[Cap]] = {}
-        self._order: list[str] = []  # pool keys in the order they appeared
-        self._accepted: dict[tuple[Shape, tuple[Market, ...]], tuple[int, list[str]]] = {}
+        self._added: list[Cap] = []  # schedulable caps in the order they were added
+        self._cands: dict[tuple[Shape, tuple[Market, ...]], tuple[int, dict[str, bool], list[Cap]]] = {}
 
     @classmethod
     def build(cls, instances: Iterable[Instance], jobs: Iterable[Job]) -> Fleet:
@@ -96,37 +96,28 @@ class Fleet:
     def add(self, cap: Cap) -> None:
         self.caps[cap.id] = cap
         if cap.schedulable:
-            key = cap.offering.key
-            caps = self.pools.get(key)
-            if caps is None:
-                self.pools[key] = [cap]
-                self._order.append(key)
-            else:
-                caps.append(cap)
+            self.pools.setdefault(cap.pool, []).append(cap)
+            self._added.append(cap)
 
     def candidates(self, shape: Shape, markets: tuple[Market, ...], index: OfferingIndex) -> list[Cap]:
         """Schedulable instances the shape and markets accept that have room.
 
-        The pools a (shape, markets) accepts are remembered, so a later call
-        only checks pools that appeared since (instances launched by the plan).
+        Design choice: during a plan an instance's room only shrinks, so the
+        candidate list of a (shape, markets) is cached and only re-filtered;
+        instances launched since the last call are appended. Ten groups of
+        the same shape then cost one scan of the fleet, not ten.
         """
         ckey = (shape, markets)
-        seen, accepted = self._accepted.get(ckey, (0, []))
-        for key in self._order[seen:]:
-            caps = self.pools.get(key)
-            if caps and index.accepts(shape, caps[0].offering, markets):
-                accepted.append(key)
-        self._accepted[ckey] = (len(self._order), accepted)
-        out: list[Cap] = []
-        for key in accepted:
-            caps = self.pools.get(key)
-            if not caps:
-                continue
-            live = [c for c in caps if not c.exhausted]
-            if len(live) != len(caps):
-                self.pools[key] = live
-            out.extend(c for c in live if c.fits(shape))
-        return out
+        seen, accepted, caps = self._cands.get(ckey, (0, {}, []))
+        for cap in self._added[seen:]:
+            ok = accepted.get(cap.pool)
+            if ok is None:
+                ok = accepted[cap.pool] = index.accepts(shape, cap.offering, markets)
+            if ok:
+                caps.append(cap)
+        caps = [c for c in caps if c.fits(shape)]
+        self._cands[ckey] = (len(self._added), accepted, caps)
+        return caps
 
 
 def tenant_cost(cap: Cap, shape: Shape, tenant: str) -> float:
@@ -216,12 +207,12 @@ class Placer:
 
     def _buy(self, rest: list[Demand]) -> None:
         shape, markets, econ = rest[0].shape, rest[0].markets, rest[0].econ
-        first = self.index.static(shape, markets)
+        first = self.index.classes(shape, markets)
         if not first:
             for d in rest:
                 self._block(d, "no_offering", f"no usable {'/'.join(m.value for m in markets)} offering fits")
             return
-        cap_group = max(1, max(row[3] for row in first))
+        cap_group = max(1, max(c.per for c in first))
         pending = deque(rest)
         broke: set[str] = set()  # tenants that cannot afford any launch
         while pending:

@@ -29,6 +29,7 @@ unavailable) reject an offering; ``rank(..., explain=True)`` keeps the reason.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,42 +106,71 @@ class Ranking:
         return self.scored[0] if self.scored else None
 
 
+@dataclass(frozen=True, slots=True)
+class OfferingClass:
+    """Offerings that differ only in price (and zone): same instance type,
+    market, hazard (and region, when egress matters). Within a class the cost
+    formula is increasing in price, so members are kept cheapest first and a
+    ranking scores one member per class at a time."""
+
+    members: tuple[Offering, ...]  # cheapest first
+    hazard: float
+    per: int  # nodes of the shape per instance
+    speed: float  # table work per GPU-hour
+
+
 class RankTable(Sequence[Scored]):
     """Offerings ranked for one (shape, markets, economics, group size).
 
-    Costs are computed for every compatible offering, but ``Scored`` objects
-    are built only for the rows a caller reads (usually the first one or two).
+    Design choice: a k-way merge over ``OfferingClass``es in a heap. Building
+    the table scores one offering per class (~170 for the whole catalog, not
+    1,500); reading row ``i`` pops the heap ``i`` times. Planning usually
+    reads one or two rows, so a ranking costs about one pass over the classes.
+    Rows come out in exact cost order (ties: price, then class order).
     """
 
-    __slots__ = ("_built", "_econ", "_group", "_index", "_order", "_shape", "_static")
+    __slots__ = ("_built", "_classes", "_econ", "_factor", "_group", "_heap", "_index", "_n", "_rows", "_shape")
 
     def __init__(self, index: OfferingIndex, shape: Shape, econ: Economics, group: int,
-                 static: list[_Static]) -> None:
-        self._index, self._shape, self._econ, self._group, self._static = index, shape, econ, group, static
-        nodes = shape.nodes
+                 classes: list[OfferingClass]) -> None:
+        self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
         units = shape.gpu_units if shape.gpu_units > 0 else 1.0
-        loss = econ.lost_work_h + econ.restart_delay_h
+        k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
         speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
         dataset = econ.dataset_region is not None and econ.dataset_gib > 0
-        knobs = index.knobs
-        rows: list[tuple[float, float, int]] = []
-        if speed_of is None and not dataset:  # the common case, kept tight
-            k = nodes * loss
-            rows = [(price * (1.0 + hazard * k) / (per if per < group else group) / (speed * units), price, pos)
-                    for pos, (_, price, hazard, per, speed) in enumerate(static)]
-        else:
-            for pos, (o, price, hazard, per, speed) in enumerate(static):
-                fill = per if per < group else group
-                cost = price * (1.0 + hazard * nodes * loss) / fill
-                if dataset:
-                    cost += egress_cost(econ, o, index=index, knobs=knobs) / econ.expected_hours
-                rows.append((cost / ((speed_of(o.gpu) if speed_of else speed) * units), price, pos))
-        rows.sort()
-        self._order = rows
+        factor: list[tuple[float, float]] = []  # per class: cost = price * f + add
+        heap: list[tuple[float, float, int, int]] = []
+        n = 0
+        for ci, c in enumerate(classes):
+            fill = c.per if c.per < group else group
+            speed = (speed_of(c.members[0].gpu) if speed_of else c.speed) * units
+            f = (1.0 + c.hazard * k) / fill / speed
+            add = 0.0
+            if dataset:
+                add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
+            factor.append((f, add))
+            price = c.members[0].price_per_hour
+            heap.append((price * f + add, price, ci, 0))
+            n += len(c.members)
+        heapq.heapify(heap)
+        self._factor, self._heap, self._n = factor, heap, n
+        self._rows: list[tuple[float, float, int, int]] = []
         self._built: dict[int, Scored] = {}
 
+    def _expand(self, i: int) -> None:
+        rows, heap, classes, factor = self._rows, self._heap, self._classes, self._factor
+        while len(rows) <= i and heap:
+            item = heapq.heappop(heap)
+            rows.append(item)
+            ci, mi = item[2], item[3] + 1
+            members = classes[ci].members
+            if mi < len(members):
+                f, add = factor[ci]
+                price = members[mi].price_per_hour
+                heapq.heappush(heap, (price * f + add, price, ci, mi))
+
     def __len__(self) -> int:
-        return len(self._order)
+        return self._n
 
     @overload
     def __getitem__(self, i: int) -> Scored: ...
@@ -150,26 +180,28 @@ class RankTable(Sequence[Scored]):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
-            i += len(self._order)
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
         found = self._built.get(i)
         if found is None:
-            o, _, hazard, _, _ = self._static[self._order[i][2]]
-            found = self._built[i] = score(o, shape=self._shape, econ=self._econ, hazard=hazard, group=self._group,
-                                           index=self._index, knobs=self._index.knobs)
+            self._expand(i)
+            _, _, ci, mi = self._rows[i]
+            c = self._classes[ci]
+            found = self._built[i] = score(c.members[mi], shape=self._shape, econ=self._econ, hazard=c.hazard,
+                                           group=self._group, index=self._index, knobs=self._index.knobs)
         return found
 
     def __iter__(self) -> Iterator[Scored]:
-        for i in range(len(self._order)):
+        for i in range(self._n):
             yield self[i]
 
     def price(self, i: int) -> float:
-        return self._order[i][1]
+        self._expand(i)
+        return self._rows[i][1]
 
     def max_fill(self) -> int:
-        return max((row[3] for row in self._static), default=0)
-
-
-_Static = tuple[Offering, float, float, int, float]  # offering, price, hazard, nodes per instance, table speed
+        return max((c.per for c in self._classes), default=0)
 
 
 def _speed_function(econ: Economics) -> Callable[[str], float]:
@@ -224,7 +256,7 @@ class OfferingIndex:
             if self._usable(o):
                 self.usable_ids.add(id(o))
         self._type_ok: dict[tuple[Shape, str, str], str | None] = {}
-        self._static: dict[tuple[Shape, tuple[Market, ...]], list[_Static]] = {}
+        self._classes: dict[tuple[Shape, tuple[Market, ...], bool], list[OfferingClass]] = {}
         self._ranked: dict[tuple[object, ...], RankTable] = {}
         self._accepts: dict[tuple[Shape, tuple[Market, ...], str, str, str, Market, float], bool] = {}
 
@@ -258,13 +290,13 @@ class OfferingIndex:
             return False
         return _location_ok(shape.req, offering)
 
-    def static(self, shape: Shape, markets: tuple[Market, ...]) -> list[_Static]:
-        """Usable offerings meeting every hard constraint, with their fixed terms."""
-        key = (shape, markets)
-        found = self._static.get(key)
+    def classes(self, shape: Shape, markets: tuple[Market, ...], *, by_region: bool = False) -> list[OfferingClass]:
+        """Usable offerings meeting every hard constraint, as price-ordered classes."""
+        key = (shape, markets, by_region)
+        found = self._classes.get(key)
         if found is not None:
             return found
-        out: list[_Static] = []
+        out: list[OfferingClass] = []
         usable = self.usable_ids
         for group in self.by_type.values():
             if self.type_rejection(shape, group[0]) is not None:
@@ -273,14 +305,18 @@ class OfferingIndex:
             if per <= 0:
                 continue
             speed = tp.table_throughput(group[0].gpu)
+            split: dict[tuple[Market, float, str], list[Offering]] = {}
             for o in group:
                 if o.market in markets and id(o) in usable and _location_ok(shape.req, o):
-                    out.append((o, o.price_per_hour, self.hazard[id(o)], per, speed))
-        self._static[key] = out
+                    split.setdefault((o.market, self.hazard[id(o)], o.region if by_region else ""), []).append(o)
+            for (_, hazard, _), members in split.items():
+                members.sort(key=lambda o: o.price_per_hour)
+                out.append(OfferingClass(tuple(members), hazard, per, speed))
+        self._classes[key] = out
         return out
 
     def compatible(self, shape: Shape, markets: tuple[Market, ...]) -> list[Offering]:
-        return [row[0] for row in self.static(shape, markets)]
+        return [o for c in self.classes(shape, markets) for o in c.members]
 
     def ranked(self, shape: Shape, markets: tuple[Market, ...], econ: Economics, *, group: int = 1) -> RankTable:
         """Compatible offerings, cheapest expected cost per unit of work first."""
@@ -290,7 +326,8 @@ class OfferingIndex:
                econ.override, dataset, group)
         found = self._ranked.get(key)
         if found is None:
-            found = self._ranked[key] = RankTable(self, shape, econ, group, self.static(shape, markets))
+            classes = self.classes(shape, markets, by_region=dataset is not None)
+            found = self._ranked[key] = RankTable(self, shape, econ, group, classes)
         return found
 
 
