@@ -23,10 +23,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from spotfleet.policies.shape import MIG_SLICES_PER_GPU, Shape, ShareKind, mig_memory_gib
+
 from spotfleet.model.job import Binding, Job
 from spotfleet.model.offering import Offering
 from spotfleet.model.spec import MIG_PROFILES
-from spotfleet.policies.shape import MIG_SLICES_PER_GPU, Shape, ShareKind, mig_memory_gib
 
 EPS = 1e-9
 

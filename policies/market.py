@@ -24,13 +24,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.shape import MIG_SLICES_PER_GPU
+
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
 from spotfleet.model.spec import Priority
-from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.shape import MIG_SLICES_PER_GPU
 
 SPOT_ONLY = (Market.SPOT,)
 ON_DEMAND_ONLY = (Market.ON_DEMAND,)

@@ -25,20 +25,20 @@ soon as they checkpoint.
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from spotfleet.model.instance import Instance
-from spotfleet.model.job import Binding, Job, JobState
-from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import Bind, Launch
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import BudgetLedger
 from spotfleet.policies.selection import Economics, OfferingIndex, RankTable
 from spotfleet.policies.shape import Shape
+
+from spotfleet.model.instance import Instance
+from spotfleet.model.job import Binding, Job, JobState
+from spotfleet.model.offering import Market, Offering
+from spotfleet.model.snapshot import Bind, Launch
 
 
 @dataclass(slots=True)
@@ -314,16 +314,16 @@ class Placer:
         self._bound(d, bindings, f"gang of {n} new {o.market.value} {o.instance_type} in {o.zone}, {group_name}")
 
 
-def id_generator(prefix: str, taken: Iterable[str]) -> Callable[[], str]:
-    """Deterministic instance ids ``<prefix>-00000``, skipping ``taken``."""
+def id_generator(new_id: Callable[[str], str], taken: Iterable[str], *, prefix: str = "sf") -> Callable[[], str]:
+    """Instance ids from the snapshot's ``new_id`` (random live, sequential in
+    tests and the simulator), never one already in use."""
     used = set(taken)
-    counter = itertools.count()
 
-    def new_id() -> str:
+    def next_id() -> str:
         while True:
-            candidate = f"{prefix}-{next(counter):05d}"
+            candidate = new_id(prefix)
             if candidate not in used:
                 used.add(candidate)
                 return candidate
 
-    return new_id
+    return next_id

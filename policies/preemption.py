@@ -20,12 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from spotfleet.model.job import Job, JobState
-from spotfleet.model.snapshot import Drain, Preempt
-from spotfleet.model.spec import Priority
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.placement import Demand, Fleet
 from spotfleet.policies.selection import OfferingIndex
+
+from spotfleet.model.job import Job, JobState
+from spotfleet.model.snapshot import Drain, Preempt
+from spotfleet.model.spec import Priority
 
 
 def lost_work_s(job: Job, now: datetime) -> float:
@@ -42,7 +43,7 @@ def is_victim(victim: Job, urgent: Job) -> bool:
         victim.spec.priority is Priority.OPPORTUNISTIC
         and victim.spec.is_interruptible
         and victim.spec.priority.rank < urgent.spec.priority.rank
-        and victim.state in (JobState.RUNNING, JobState.BOUND)
+        and victim.state is JobState.RUNNING
         and not victim.cancel_requested
     )
 
@@ -90,7 +91,7 @@ def choose(
     urgent = demand.job
     n = demand.shape.nodes
     per_zone: dict[str, list[Plan]] = {}
-    for key, caps in fleet.pools.items():
+    for caps in fleet.pools.values():
         if not index.accepts(demand.shape, caps[0].offering, demand.markets):
             continue
         for cap in caps:

@@ -3,7 +3,7 @@
 Like Karpenter's disruption controller (``NewMethods``), the default order is
 
 1. ``Emptiness`` — a RUNNING instance with no jobs, idle for ``idle_ttl_s``
-   (since ``Snapshot.idle_since``, else since it entered its state), that this
+   (since ``Instance.idle_since``; unknown means not idle), that this
    plan did not just bind or reserve → ``Terminate``;
 2. ``Consolidation`` — an under-used RUNNING instance whose jobs are all
    interruptible and fit in spare room elsewhere (same market rules) is
@@ -23,11 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import JobState
-from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Drain, Snapshot, Terminate
-from spotfleet.model.spec import Priority
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
@@ -36,6 +31,12 @@ from spotfleet.policies.placement import Fleet
 from spotfleet.policies.preemption import lost_work_s
 from spotfleet.policies.selection import OfferingIndex
 from spotfleet.policies.shape import Shape, shape_of
+
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import JobState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Command, Drain, Snapshot, Terminate
+from spotfleet.model.spec import Priority
 
 
 @dataclass(slots=True)
@@ -60,8 +61,9 @@ def emptiness(ctx: ScaleDownContext) -> list[Command]:
         inst = ctx.snapshot.instances.get(cap.id)
         if inst is None or inst.state is not InstanceState.RUNNING or cap.jobs or cap.touched:
             continue
-        since = ctx.snapshot.idle_since.get(cap.id, inst.state_since)
-        idle = (ctx.now - since).total_seconds()
+        if inst.idle_since is None:
+            continue
+        idle = (ctx.now - inst.idle_since).total_seconds()
         if idle >= ctx.knobs.idle_ttl_s:
             out.append(Terminate(cap.id, f"empty for {idle:.0f}s (idle TTL {ctx.knobs.idle_ttl_s:.0f}s)"))
     return out

@@ -14,22 +14,17 @@ One ``decide(snapshot)`` call, in order:
 
 Commands come out in the order the executor should apply them: launches,
 binds, preemptions/drains, then scale-down. The plan is deterministic for a
-given snapshot: new instance ids derive from ``snapshot.now`` and the
-unavailable cache (a re-plan after a capacity error gets fresh ids) and skip
-ids already present.
+given snapshot and id source: new instance ids come from
+``snapshot.new_id`` (sequential in tests and the simulator) and skip ids
+already present.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotfleet.model.job import Job, JobState
-from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Snapshot
-from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
@@ -38,6 +33,11 @@ from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_gene
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
+
+from spotfleet.model.job import Job, JobState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Command, Snapshot
+from spotfleet.model.spec import JobSpec, Priority
 
 
 @dataclass(slots=True)
@@ -61,11 +61,6 @@ def tier(job: Job) -> int:
     if p is Priority.OPPORTUNISTIC:
         return 3
     return 1 if job.spec.deadline is not None else 2
-
-
-def id_prefix(snapshot: Snapshot) -> str:
-    digest = hashlib.sha1(",".join(sorted(snapshot.unavailable)).encode()).hexdigest()[:4]
-    return f"sf-{snapshot.now:%Y%m%d%H%M%S}-{digest}"
 
 
 class SpotfleetPolicy:
@@ -122,7 +117,7 @@ class SpotfleetPolicy:
             ordered.append(((key[0], key[1], members[0].job.created_at, members[0].job.id), members))
         ordered.sort(key=lambda t: t[0])
 
-        placer = Placer(fleet, index, ledger, knobs, id_generator(id_prefix(snapshot), snapshot.instances))
+        placer = Placer(fleet, index, ledger, knobs, id_generator(snapshot.new_id, snapshot.instances))
         for _, members in ordered:
             placer.place_group(members)
         result.outcomes = placer.outcomes
