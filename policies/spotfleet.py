@@ -150,11 +150,14 @@ def _known_hours(spec: JobSpec, forecast: Forecast) -> float | None:
 
 
 def _last_market(job: Job, snapshot: Snapshot) -> Market | None:
+    """The market the job last ran on: its binding's instance, else
+    ``progress['market']`` (bindings are cleared when a job is requeued)."""
     for b in job.bindings:
         inst = snapshot.instances.get(b.instance_id)
         if inst is not None:
             return inst.market
-    return None
+    recorded = job.progress.get("market")
+    return Market(recorded) if recorded in (Market.SPOT.value, Market.ON_DEMAND.value) else None
 
 
 def _shape_key(spec: JobSpec, forecast: Forecast) -> tuple[Any, ...]:
