@@ -1,0 +1,114 @@
+"""Market policy (spot vs on-demand, Uniform Progress deadlines) and budgets."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Budget
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+from .builders import T0, binds, instance, job, launches, offering, running, snapshot
+
+KNOBS = Knobs()  # restart delay 10 min, margin = restart delay
+
+
+def test_priority_classes_pick_markets() -> None:
+    assert decide_market(job("c", priority="critical"), now=T0, expected_hours=1, knobs=KNOBS).markets == ON_DEMAND_ONLY
+    assert decide_market(job("o", priority="opportunistic"), now=T0, expected_hours=1, knobs=KNOBS).markets == SPOT_ONLY
+    assert decide_market(job("n"), now=T0, expected_hours=1, knobs=KNOBS).markets == EITHER
+
+
+def _deadline_job(progress: float) -> object:
+    # submitted at T0, 4 h of work, due T0+10h, checkpoints every 30 min
+    return job("d", deadline=(T0 + timedelta(hours=10)).isoformat(), expected_duration="4h",
+               checkpoint={"interval": "30m"}, progress={"fraction": progress})  # fmt: skip
+
+
+def test_deadline_job_switches_to_on_demand_exactly_when_slack_runs_out() -> None:
+    # 95 % done → 12 min of work left; one interruption costs 10 min restart + 30 min of work
+    # since the last checkpoint = 40 min. slack = time left − 12 min: spot while slack > 40 min,
+    # on-demand from time left = 52 min.
+    d = _deadline_job(0.95)
+    deadline = T0 + timedelta(hours=10)
+    before = decide_market(d, now=deadline - timedelta(minutes=52, seconds=1), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
+    at = decide_market(d, now=deadline - timedelta(minutes=52), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
+    assert before.markets == SPOT_ONLY
+    assert at.markets == ON_DEMAND_ONLY and at.urgent
+    assert "slack" in at.reason
+
+
+def test_deadline_job_behind_uniform_progress_goes_on_demand() -> None:
+    # at T0+5h the schedule expects 4 × 5/10 = 2 h done; 1.5 h done is behind by more than the margin
+    d = _deadline_job(1.5 / 4)
+    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
+    assert decision.markets == ON_DEMAND_ONLY and "behind" in decision.reason
+    # 1.9 h done is within the 10-minute margin: still spot
+    d = _deadline_job(1.9 / 4)
+    assert decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS).markets == SPOT_ONLY  # type: ignore[arg-type]
+
+
+def test_hysteresis_keeps_on_demand_until_safely_ahead() -> None:
+    # 2.1 h done vs 2 h expected: ahead, but not by the margin (10 min) → stays on on-demand
+    d = _deadline_job(2.1 / 4)
+    now = T0 + timedelta(hours=5)
+    stay = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)  # type: ignore[arg-type]
+    assert stay.markets == ON_DEMAND_ONLY and "hysteresis" in stay.reason
+    assert decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.SPOT).markets == SPOT_ONLY  # type: ignore[arg-type]
+    # 2.2 h done: ahead by 12 min > margin → back to spot
+    d = _deadline_job(2.2 / 4)
+    back = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)  # type: ignore[arg-type]
+    assert back.markets == SPOT_ONLY
+
+
+def test_deadline_without_known_duration_runs_on_demand() -> None:
+    d = job("d", deadline=(T0 + timedelta(hours=10)).isoformat())
+    assert decide_market(d, now=T0, expected_hours=None, knobs=KNOBS).markets == ON_DEMAND_ONLY
+
+
+def test_deadline_job_moves_region_when_spot_dries_up() -> None:
+    east = offering("g5.xlarge", "A10G", 1, 0.30, market=Market.SPOT, on_demand=1.0)
+    west = offering("g5.xlarge", "A10G", 1, 0.35, market=Market.SPOT, on_demand=1.0, region="us-west-2",
+                    zone="usw2-az1")  # fmt: skip
+    od = offering("g5.xlarge", "A10G", 1, 1.00)
+    d = _deadline_job(0.0)
+    snap = snapshot(jobs=[d], offerings=[east, west, od], unavailable={east.key: T0 + timedelta(minutes=3)})  # type: ignore[list-item]
+    (launch,) = launches(SpotfleetPolicy().decide(snap))
+    assert launch.offering is west
+
+
+def test_opportunistic_job_waits_instead_of_falling_back_to_on_demand() -> None:
+    spot = offering("g5.xlarge", "A10G", 1, 0.30, market=Market.SPOT, on_demand=1.0)
+    od = offering("g5.xlarge", "A10G", 1, 1.00)
+    snap = snapshot(jobs=[job("o", priority="opportunistic"), job("n")], offerings=[spot, od],
+                    unavailable={spot.key: T0 + timedelta(minutes=3)})  # fmt: skip
+    cmds = SpotfleetPolicy().decide(snap)
+    assert set(binds(cmds)) == {"n"}  # normal falls back to on-demand; opportunistic waits
+    assert [lc.offering for lc in launches(cmds)] == [od]
+
+
+def test_global_budget_is_never_exceeded_and_lower_priority_waits() -> None:
+    box = offering("g5.xlarge", "A10G", 1, 3.0)
+    existing = instance("i1", offering("g5.xlarge", "A10G", 1, 4.0), state=InstanceState.RUNNING)
+    busy = running("r1", existing, (0,), priority="critical")
+    jobs = [job("opp", priority="normal", created=T0 - timedelta(hours=2)),
+            job("crit1", priority="critical"), job("crit2", priority="critical")]  # fmt: skip
+    # spend $4/h now; cap $10/h → room for two $3/h launches, and the critical jobs come first
+    snap = snapshot(jobs=[busy, *jobs], instances=[existing], offerings=[box], budgets=(Budget(10.0),))
+    cmds = SpotfleetPolicy().decide(snap)
+    assert len(launches(cmds)) == 2
+    assert set(binds(cmds)) == {"crit1", "crit2"}
+    spend = 4.0 + sum(lc.offering.price_per_hour for lc in launches(cmds))
+    assert spend <= 10.0
+
+
+def test_tenant_budget_caps_that_tenant_only() -> None:
+    box = offering("g5.xlarge", "A10G", 1, 3.0)
+    jobs = [job(f"a{i}", tenant="alpha", priority="critical") for i in range(3)]
+    jobs += [job(f"b{i}", tenant="beta", priority="critical") for i in range(3)]
+    snap = snapshot(jobs=jobs, offerings=[box], budgets=(Budget(7.0, tenant="alpha"),))
+    placed = set(binds(SpotfleetPolicy().decide(snap)))
+    assert placed == {"a0", "a1", "b0", "b1", "b2"}  # alpha: 2 × $3 ≤ $7 < 3 × $3
