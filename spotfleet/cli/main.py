@@ -33,11 +33,12 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server
+    from spotfleet.cli import demo, explain, jobs, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    explain.register(app)
 
 
 _register()
