@@ -14,12 +14,13 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spotfleet.errors import NotFound
-from spotfleet.model.job import JobState
-from spotfleet.model.snapshot import Snapshot
 from spotfleet.policies.selection import Scored, economics_of, rank
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+from spotfleet.errors import NotFound
+from spotfleet.model.job import JobState
+from spotfleet.model.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +124,7 @@ def explain_job(
     placement = tuple(
         Placement(b.node_rank, b.instance_id,
                   inst.offering.instance_type if inst else "?", inst.offering.zone if inst else "?",
-                  inst.offering.market.value if inst else "?", b.gpu_indices, b.mig_slices)  # fmt: skip
+                  inst.offering.market.value if inst else "?", b.gpu_indices, b.mig_slices)
         for b in job.bindings
         for inst in [snapshot.instances.get(b.instance_id)]
     )

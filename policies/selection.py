@@ -130,7 +130,8 @@ class RankTable(Sequence[Scored]):
     Rows come out in exact cost order (ties: price, then class order).
     """
 
-    __slots__ = ("_built", "_classes", "_econ", "_factor", "_group", "_heap", "_index", "_n", "_rows", "_shape")
+    __slots__ = ("_add", "_built", "_classes", "_econ", "_group", "_heap", "_index", "_k", "_n", "_rows", "_shape",
+                 "_speed_of", "_units")
 
     def __init__(self, index: OfferingIndex, shape: Shape, econ: Economics, group: int,
                  classes: list[OfferingClass]) -> None:
@@ -139,36 +140,44 @@ class RankTable(Sequence[Scored]):
         k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
         speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
         dataset = econ.dataset_region is not None and econ.dataset_gib > 0
-        factor: list[tuple[float, float]] = []  # per class: cost = price * f + add
-        heap: list[tuple[float, float, int, int]] = []
-        n = 0
-        for ci, c in enumerate(classes):
-            fill = c.per if c.per < group else group
-            speed = (speed_of(c.members[0].gpu) if speed_of else c.speed) * units
-            f = (1.0 + c.hazard * k) / fill / speed
-            add = 0.0
-            if dataset:
-                add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
-            factor.append((f, add))
-            price = c.members[0].price_per_hour
-            heap.append((price * f + add, price, ci, 0))
-            n += len(c.members)
+        self._k, self._units, self._speed_of = k, units, speed_of
+        heap: list[tuple[float, float, int, int]]
+        if speed_of is None and not dataset:  # the common case: one comprehension
+            heap = [(c.members[0].price_per_hour * (1.0 + c.hazard * k) / (c.per if c.per < group else group)
+                     / (c.speed * units), c.members[0].price_per_hour, ci, 0) for ci, c in enumerate(classes)]
+            self._add: list[float] | None = None
+        else:
+            heap = []
+            adds: list[float] = []
+            for ci, c in enumerate(classes):
+                speed = (speed_of(c.members[0].gpu) if speed_of else c.speed) * units
+                add = 0.0
+                if dataset:
+                    add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
+                adds.append(add)
+                price = c.members[0].price_per_hour
+                heap.append((price * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed + add,
+                             price, ci, 0))
+            self._add = adds
         heapq.heapify(heap)
-        self._factor, self._heap, self._n = factor, heap, n
+        self._heap = heap
+        self._n = sum(len(c.members) for c in classes)
         self._rows: list[tuple[float, float, int, int]] = []
         self._built: dict[int, Scored] = {}
 
     def _expand(self, i: int) -> None:
-        rows, heap, classes, factor = self._rows, self._heap, self._classes, self._factor
+        rows, heap, classes = self._rows, self._heap, self._classes
         while len(rows) <= i and heap:
             item = heapq.heappop(heap)
             rows.append(item)
             ci, mi = item[2], item[3] + 1
-            members = classes[ci].members
-            if mi < len(members):
-                f, add = factor[ci]
-                price = members[mi].price_per_hour
-                heapq.heappush(heap, (price * f + add, price, ci, mi))
+            c = classes[ci]
+            if mi < len(c.members):
+                speed = (self._speed_of(c.members[0].gpu) if self._speed_of else c.speed) * self._units
+                fill = c.per if c.per < self._group else self._group
+                add = self._add[ci] if self._add is not None else 0.0
+                price = c.members[mi].price_per_hour
+                heapq.heappush(heap, (price * (1.0 + c.hazard * self._k) / fill / speed + add, price, ci, mi))
 
     def __len__(self) -> int:
         return self._n

@@ -77,12 +77,13 @@ def explain_spec(path: Path) -> dict[str, Any]:
     return explain_job(snap, job.id).to_dict()
 
 
-def explain(
-    job_id: str | None = typer.Argument(None, help="job id (asks the controller)"),
-    spec: Path | None = typer.Option(None, "--spec", help="explain a job spec offline against the bundled catalog"),
-    api: str | None = typer.Option(None, "--api", help="controller URL (default $SPOTFLEET_API)"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
-) -> None:
+JOB_ID = typer.Argument(None, help="job id (asks the controller)")
+SPEC = typer.Option(None, "--spec", help="explain a job spec offline against the bundled catalog")
+API = typer.Option(None, "--api", help="controller URL (default $SPOTFLEET_API)")
+JSON = typer.Option(False, "--json", help="print JSON instead of tables")
+
+
+def explain(job_id: str | None = JOB_ID, spec: Path | None = SPEC, api: str | None = API, as_json: bool = JSON) -> None:
     """Why a job is where it is, or why it is still pending."""
     from spotfleet.cli.client import ApiClient, fail
     from spotfleet.errors import InvalidSpec

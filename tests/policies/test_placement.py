@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import JobState
-from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Budget, Launch
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import JobState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Budget, Launch
 
 from .builders import T0, binds, instance, job, launches, offering, running, snapshot
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Drain, Preempt, Terminate
-from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, instance, job, of_type, offering, running, snapshot
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+from spotfleet.policies.throughput import is_mig_capable
 
 from spotfleet.catalog import load_catalog
 from spotfleet.model.instance import Instance, InstanceState
@@ -22,8 +24,6 @@ from spotfleet.model.job import Binding, Job, JobState
 from spotfleet.model.offering import Offering
 from spotfleet.model.snapshot import Bind, Budget, Drain, Launch, Preempt, Snapshot, Terminate
 from spotfleet.model.spec import MIG_PROFILES
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-from spotfleet.policies.throughput import is_mig_capable
 
 from .builders import T0, instance, job, snapshot
 
@@ -60,7 +60,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                                       InstanceState.REQUESTED, InstanceState.DRAINING]))  # fmt: skip
         idle = T0 - timedelta(minutes=draw(st.integers(0, 30)))
         inst = instance(f"i{k}", o, state=state, idle_since=idle)
-        inst.cordoned = state is InstanceState.DRAINING or draw(st.booleans()) and draw(st.booleans())
+        inst.cordoned = state is InstanceState.DRAINING or (draw(st.booleans()) and draw(st.booleans()))
         instances.append(inst)
         free = list(range(o.gpu_count))
         for r in range(draw(st.integers(0, 3))):
