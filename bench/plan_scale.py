@@ -22,6 +22,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,7 +60,7 @@ INTERVALS = [None, "10m", "30m"]
 TENANTS = ["research", "prod", "interns"]
 
 
-def _weighted(rng: random.Random, items: list[tuple[Any, float]]) -> Any:
+def _weighted(rng: random.Random, items: Sequence[tuple[Any, float]]) -> Any:
     return rng.choices([i for i, _ in items], weights=[w for _, w in items])[0]
 
 

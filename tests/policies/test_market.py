@@ -9,6 +9,7 @@ from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import Job
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
 
@@ -23,7 +24,7 @@ def test_priority_classes_pick_markets() -> None:
     assert decide_market(job("n"), now=T0, expected_hours=1, knobs=KNOBS).markets == EITHER
 
 
-def _deadline_job(progress: float) -> object:
+def _deadline_job(progress: float) -> Job:
     # submitted at T0, 4 h of work, due T0+10h, checkpoints every 30 min
     return job("d", deadline=(T0 + timedelta(hours=10)).isoformat(), expected_duration="4h",
                checkpoint={"interval": "30m"}, progress={"fraction": progress})  # fmt: skip
@@ -35,8 +36,8 @@ def test_deadline_job_switches_to_on_demand_exactly_when_slack_runs_out() -> Non
     # on-demand from time left = 52 min.
     d = _deadline_job(0.95)
     deadline = T0 + timedelta(hours=10)
-    before = decide_market(d, now=deadline - timedelta(minutes=52, seconds=1), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
-    at = decide_market(d, now=deadline - timedelta(minutes=52), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
+    before = decide_market(d, now=deadline - timedelta(minutes=52, seconds=1), expected_hours=4, knobs=KNOBS)
+    at = decide_market(d, now=deadline - timedelta(minutes=52), expected_hours=4, knobs=KNOBS)
     assert before.markets == SPOT_ONLY
     assert at.markets == ON_DEMAND_ONLY and at.urgent
     assert "slack" in at.reason
@@ -45,23 +46,23 @@ def test_deadline_job_switches_to_on_demand_exactly_when_slack_runs_out() -> Non
 def test_deadline_job_behind_uniform_progress_goes_on_demand() -> None:
     # at T0+5h the schedule expects 4 × 5/10 = 2 h done; 1.5 h done is behind by more than the margin
     d = _deadline_job(1.5 / 4)
-    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS)  # type: ignore[arg-type]
+    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS)
     assert decision.markets == ON_DEMAND_ONLY and "behind" in decision.reason
     # 1.9 h done is within the 10-minute margin: still spot
     d = _deadline_job(1.9 / 4)
-    assert decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS).markets == SPOT_ONLY  # type: ignore[arg-type]
+    assert decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS).markets == SPOT_ONLY
 
 
 def test_hysteresis_keeps_on_demand_until_safely_ahead() -> None:
     # 2.1 h done vs 2 h expected: ahead, but not by the margin (10 min) → stays on on-demand
     d = _deadline_job(2.1 / 4)
     now = T0 + timedelta(hours=5)
-    stay = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)  # type: ignore[arg-type]
+    stay = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)
     assert stay.markets == ON_DEMAND_ONLY and "hysteresis" in stay.reason
-    assert decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.SPOT).markets == SPOT_ONLY  # type: ignore[arg-type]
+    assert decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.SPOT).markets == SPOT_ONLY
     # 2.2 h done: ahead by 12 min > margin → back to spot
     d = _deadline_job(2.2 / 4)
-    back = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)  # type: ignore[arg-type]
+    back = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)
     assert back.markets == SPOT_ONLY
 
 
@@ -76,7 +77,7 @@ def test_deadline_job_moves_region_when_spot_dries_up() -> None:
                     zone="usw2-az1")  # fmt: skip
     od = offering("g5.xlarge", "A10G", 1, 1.00)
     d = _deadline_job(0.0)
-    snap = snapshot(jobs=[d], offerings=[east, west, od], unavailable={east.key: T0 + timedelta(minutes=3)})  # type: ignore[list-item]
+    snap = snapshot(jobs=[d], offerings=[east, west, od], unavailable={east.key: T0 + timedelta(minutes=3)})
     (launch,) = launches(SpotfleetPolicy().decide(snap))
     assert launch.offering is west
 

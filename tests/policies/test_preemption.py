@@ -7,6 +7,7 @@ from datetime import timedelta
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
+from spotfleet.model.instance import Instance
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Drain, Preempt, Terminate
@@ -14,7 +15,7 @@ from spotfleet.model.snapshot import Budget, Drain, Preempt, Terminate
 from .builders import T0, instance, job, of_type, offering, running, snapshot
 
 
-def _od_box(name: str, gpus: int = 8, price: float = 20.0) -> object:
+def _od_box(name: str, gpus: int = 8, price: float = 20.0) -> Instance:
     return instance(name, offering("p4d.24xlarge", "A100", gpus, price, gpu_memory_gib=40))
 
 
