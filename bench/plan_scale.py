@@ -26,14 +26,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-
 from spotfleet.catalog import load_catalog
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Binding, Checkpoint, Job, JobState
 from spotfleet.model.offering import Offering, Offerings
 from spotfleet.model.snapshot import Budget, Snapshot, sequential_ids
 from spotfleet.model.spec import JobSpec, Resources
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

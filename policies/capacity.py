@@ -23,11 +23,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from spotfleet.policies.shape import MIG_SLICES_PER_GPU, Shape, ShareKind, mig_memory_gib
-
 from spotfleet.model.job import Binding, Job
 from spotfleet.model.offering import Offering
 from spotfleet.model.spec import MIG_PROFILES
+from spotfleet.policies.shape import MIG_SLICES_PER_GPU, Shape, ShareKind, mig_memory_gib
 
 EPS = 1e-9
 
@@ -57,8 +56,8 @@ class Slot:
 class Cap:
     """Room left on one instance during a plan."""
 
-    __slots__ = ("cpus", "free", "id", "jobs", "memory", "new", "offering", "pool", "schedulable", "slots",
-                 "tenant", "touched")
+    __slots__ = ("cpus", "drainable", "free", "id", "jobs", "memory", "new", "offering", "pool", "reserved_for",
+                 "schedulable", "slots", "tenant", "touched")
 
     def __init__(self, instance_id: str, offering: Offering, *, schedulable: bool = True, new: bool = False) -> None:
         self.id = instance_id
@@ -73,6 +72,8 @@ class Cap:
         self.new = new
         self.tenant: str | None = None  # who a new instance was bought for
         self.touched = False  # bound or reserved in this plan
+        self.reserved_for: str | None = None  # replacement held for this job (Instance.reserved_for)
+        self.drainable = False  # PROVISIONING or RUNNING: a Drain may be applied
 
     # ---------------------------------------------------------- queries
     @property
@@ -219,4 +220,5 @@ class Cap:
         c.free = list(self.free)
         c.slots = {i: Slot(s.mode, s.slices, s.memory_gib, s.fraction) for i, s in self.slots.items()}
         c.cpus, c.memory, c.jobs, c.tenant, c.touched = self.cpus, self.memory, list(self.jobs), self.tenant, self.touched
+        c.reserved_for, c.drainable = self.reserved_for, self.drainable
         return c

@@ -14,13 +14,12 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spotfleet.policies.selection import Scored, economics_of, rank
-from spotfleet.policies.shape import shape_of
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-
 from spotfleet.errors import NotFound
 from spotfleet.model.job import JobState
 from spotfleet.model.snapshot import Snapshot
+from spotfleet.policies.selection import Scored, economics_of, rank
+from spotfleet.policies.shape import shape_of
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 Which markets a job may use:
 
 - ``critical`` → on-demand only (and may preempt opportunistic work);
+- not interruptible → on-demand only: the cloud may reclaim spot regardless;
 - ``opportunistic`` → spot only: it waits when no spot is usable or affordable;
 - ``normal`` without a deadline → both, the ranking decides (the hazard term
   makes spot pay for its expected interruptions);
@@ -24,14 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.shape import MIG_SLICES_PER_GPU
-
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
 from spotfleet.model.spec import Priority
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.shape import MIG_SLICES_PER_GPU
 
 SPOT_ONLY = (Market.SPOT,)
 ON_DEMAND_ONLY = (Market.ON_DEMAND,)
@@ -56,6 +56,8 @@ def decide_market(
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
         return MarketDecision(ON_DEMAND_ONLY, "critical jobs run on on-demand", urgent=True)
+    if not spec.is_interruptible:
+        return MarketDecision(ON_DEMAND_ONLY, "non-interruptible jobs run on on-demand (spot can be reclaimed)")
     if spec.priority is Priority.OPPORTUNISTIC:
         return MarketDecision(SPOT_ONLY, "opportunistic jobs run on spot only (wait for cheap capacity)")
     if spec.deadline is not None:

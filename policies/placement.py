@@ -29,16 +29,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.job import Binding, Job, JobState
+from spotfleet.model.offering import Market, Offering
+from spotfleet.model.snapshot import Bind, Launch
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import BudgetLedger
 from spotfleet.policies.selection import Economics, OfferingIndex, RankTable
 from spotfleet.policies.shape import Shape
-
-from spotfleet.model.instance import Instance
-from spotfleet.model.job import Binding, Job, JobState
-from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import Bind, Launch
 
 
 @dataclass(slots=True)
@@ -76,15 +75,27 @@ class Fleet:
         self.pools: dict[str, list[Cap]] = {}
         self._added: list[Cap] = []  # schedulable caps in the order they were added
         self._cands: dict[tuple[Shape, tuple[Market, ...]], tuple[int, dict[str, bool], list[Cap]]] = {}
+        self.reserved: dict[str, list[Cap]] = {}  # job id -> instances bought for it ahead of a reclaim
 
     @classmethod
-    def build(cls, instances: Iterable[Instance], jobs: Iterable[Job]) -> Fleet:
+    def build(cls, instances: Iterable[Instance], jobs: dict[str, Job]) -> Fleet:
+        """Caps for every live instance, with the room the snapshot's jobs use.
+
+        An instance bought as a replacement (``reserved_for``) is held for that
+        job — kept out of everyone else's candidates — until the job is bound
+        to it or is gone.
+        """
         fleet = cls()
         for inst in instances:
             if not inst.live:
                 continue
-            fleet.add(Cap(inst.id, inst.offering, schedulable=inst.schedulable))
-        for job in jobs:
+            cap = Cap(inst.id, inst.offering, schedulable=inst.schedulable)
+            cap.drainable = inst.state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
+            owner = jobs.get(inst.reserved_for) if inst.reserved_for else None
+            if owner is not None and not owner.terminal and inst.id not in owner.instance_ids:
+                cap.reserved_for = owner.id
+            fleet.add(cap)
+        for job in jobs.values():
             if job.state not in (JobState.BOUND, JobState.RUNNING, JobState.DRAINING):
                 continue
             for b in job.bindings:
@@ -95,7 +106,10 @@ class Fleet:
 
     def add(self, cap: Cap) -> None:
         self.caps[cap.id] = cap
-        if cap.schedulable:
+        if cap.reserved_for is not None:
+            if cap.schedulable:
+                self.reserved.setdefault(cap.reserved_for, []).append(cap)
+        elif cap.schedulable:
             self.pools.setdefault(cap.pool, []).append(cap)
             self._added.append(cap)
 
@@ -157,6 +171,10 @@ class Placer:
 
     # ------------------------------------------------------------ groups
     def place_group(self, group: list[Demand]) -> None:
+        if self.fleet.reserved:
+            group = [d for d in group if not self._place_reserved(d)]
+            if not group:
+                return
         head = group[0]
         if head.shape.nodes > 1:
             by_zone: dict[str, list[Cap]] = {}
@@ -168,6 +186,17 @@ class Placer:
         rest = self._fill_existing(group)
         if rest:
             self._buy(rest)
+
+    def _place_reserved(self, d: Demand) -> bool:
+        """Use (or, for a job still draining, hold) capacity bought for this job."""
+        caps = [c for c in self.fleet.reserved.get(d.job.id, ()) if c.fits(d.shape)]
+        if len(caps) < d.shape.nodes:
+            return False
+        caps.sort(key=lambda c: c.id)
+        chosen = caps[: d.shape.nodes]
+        bindings = tuple(c.take(d.shape, rank) for rank, c in enumerate(chosen))
+        self._bound(d, bindings, "on the replacement bought for it ahead of a reclaim")
+        return True
 
     def _fill_existing(self, group: list[Demand]) -> list[Demand]:
         shape, markets = group[0].shape, group[0].markets
@@ -228,6 +257,12 @@ class Placer:
                 continue
             choice = ranked[pos]
             o = choice.offering
+            if d0.virtual:  # a replacement bought ahead of a reclaim: held for this job alone
+                cap = self._launch(o, tenant=d0.tenant, reserved_for=d0.job.id,
+                                   reason=f"replacement for {d0.job.id} ahead of a reclaim "
+                                          f"(${choice.cost_per_work:.4f} per unit of work)")  # fmt: skip
+                self._bound(d0, (cap.take(shape),), f"new {o.market.value} {o.instance_type} in {o.zone}")
+                continue
             cap = self._launch(o, tenant=d0.tenant, alternatives=self._alternatives(ranked, pos, fill=choice.fill),
                                reason=f"{d0.job.id}: ${choice.cost_per_work:.4f} per unit of work")
             why = f"new {o.market.value} {o.instance_type} in {o.zone} (${choice.cost_per_work:.4f}/unit of work)"
@@ -269,12 +304,13 @@ class Placer:
         return tuple(out)
 
     def _launch(self, offering: Offering, *, tenant: str, alternatives: tuple[Offering, ...] = (), reason: str,
-                placement_group: str | None = None) -> Cap:
+                placement_group: str | None = None, reserved_for: str | None = None) -> Cap:
         instance_id = self.new_id()
         self.ledger.launch(tenant, offering.price_per_hour)
-        self.launches.append(Launch(instance_id, offering, alternatives, reason, placement_group))
+        self.launches.append(Launch(instance_id, offering, alternatives, reason, placement_group, reserved_for))
         cap = Cap(instance_id, offering, new=True)
         cap.tenant = tenant
+        cap.reserved_for = reserved_for
         self.fleet.add(cap)
         return cap
 
@@ -308,7 +344,8 @@ class Placer:
             return
         o = ranked[pos].offering
         group_name = f"pg-{d.job.id}-{d.job.attempt}"
-        caps = [self._launch(o, tenant=d.tenant, reason=f"{d.job.id}: gang node {r}", placement_group=group_name)
+        caps = [self._launch(o, tenant=d.tenant, reason=f"{d.job.id}: gang node {r}", placement_group=group_name,
+                             reserved_for=d.job.id if d.virtual else None)
                 for r in range(n)]
         bindings = tuple(c.take(shape, rank) for rank, c in enumerate(caps))
         self._bound(d, bindings, f"gang of {n} new {o.market.value} {o.instance_type} in {o.zone}, {group_name}")

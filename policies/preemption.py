@@ -20,13 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from spotfleet.policies.capacity import Cap
-from spotfleet.policies.placement import Demand, Fleet
-from spotfleet.policies.selection import OfferingIndex
-
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.snapshot import Drain, Preempt
 from spotfleet.model.spec import Priority
+from spotfleet.policies.capacity import Cap
+from spotfleet.policies.placement import Demand, Fleet
+from spotfleet.policies.selection import OfferingIndex
 
 
 def lost_work_s(job: Job, now: datetime) -> float:
@@ -164,8 +163,8 @@ def preempt(
         need = short - draining_release
         options: list[tuple[int, float, float, Cap]] = []
         for cap in fleet.caps.values():
-            if not cap.schedulable or cap.id in held or cap.new or not cap.jobs:
-                continue
+            if not cap.drainable or not cap.schedulable or cap.id in held or cap.touched or not cap.jobs:
+                continue  # (touched: this plan just bound or reserved something there)
             if all(is_victim(j, demand.job) and j.id not in taken for j in cap.jobs):
                 lost = sum(lost_work_s(j, now) for j in cap.jobs)
                 options.append((len(cap.jobs), lost, -cap.offering.price_per_hour, cap))

@@ -23,6 +23,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import JobState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Command, Drain, Snapshot, Terminate
+from spotfleet.model.spec import Priority
 from spotfleet.policies.capacity import Cap
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
@@ -31,12 +36,6 @@ from spotfleet.policies.placement import Fleet
 from spotfleet.policies.preemption import lost_work_s
 from spotfleet.policies.selection import OfferingIndex
 from spotfleet.policies.shape import Shape, shape_of
-
-from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import JobState
-from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Drain, Snapshot, Terminate
-from spotfleet.model.spec import Priority
 
 
 @dataclass(slots=True)
@@ -61,7 +60,7 @@ def emptiness(ctx: ScaleDownContext) -> list[Command]:
         inst = ctx.snapshot.instances.get(cap.id)
         if inst is None or inst.state is not InstanceState.RUNNING or cap.jobs or cap.touched:
             continue
-        if inst.idle_since is None:
+        if inst.idle_since is None or cap.reserved_for is not None:
             continue
         idle = (ctx.now - inst.idle_since).total_seconds()
         if idle >= ctx.knobs.idle_ttl_s:

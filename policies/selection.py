@@ -35,13 +35,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import overload
 
+from spotfleet.model.job import Job
+from spotfleet.model.offering import Market, NodeRequirements, Offering
 from spotfleet.policies import throughput as tp
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.shape import Shape
-
-from spotfleet.model.job import Job
-from spotfleet.model.offering import Market, NodeRequirements, Offering
 
 
 @dataclass(frozen=True, slots=True)

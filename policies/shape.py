@@ -10,11 +10,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from spotfleet.policies import throughput
-from spotfleet.policies.forecast import Forecast
-
 from spotfleet.model.offering import NodeRequirements, Offering
 from spotfleet.model.spec import MIG_PROFILES, JobSpec
+from spotfleet.policies import throughput
+from spotfleet.policies.forecast import Forecast
 
 MIG_SLICES_PER_GPU = 7
 

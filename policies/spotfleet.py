@@ -3,8 +3,9 @@
 One ``decide(snapshot)`` call, in order:
 
 1. forecasts from the snapshot's history (``forecast.py``);
-2. a demand per PENDING job (and a *virtual* one per DRAINING job, which
-   reserves replacement room), each with its shape, market decision
+2. a demand per PENDING job (and a *virtual* one per DRAINING job or job on
+   an instance with a notice, which holds existing room or buys a replacement
+   reserved for it — ``Launch.reserved_for``), each with its shape, market decision
    (``market.py``) and cost inputs (``selection.py``);
 3. demands grouped by (shape, markets, economics) and planned group by group,
    critical → deadline → normal → opportunistic, oldest first, by
@@ -25,6 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotfleet.model.job import Job, JobState
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Command, Snapshot
+from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
@@ -33,11 +38,6 @@ from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_gene
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
-
-from spotfleet.model.job import Job, JobState
-from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Snapshot
-from spotfleet.model.spec import JobSpec, Priority
 
 
 @dataclass(slots=True)
@@ -82,7 +82,7 @@ class SpotfleetPolicy:
         index = OfferingIndex(snapshot.offerings, forecast=forecast, unavailable=snapshot.unavailable, now=now,
                               knobs=knobs)
         jobs = snapshot.jobs
-        fleet = Fleet.build(snapshot.instances.values(), jobs.values())
+        fleet = Fleet.build(snapshot.instances.values(), jobs)
         ledger = BudgetLedger.build(snapshot.budgets, snapshot.instances.values(), jobs.values())
         result = PlanResult(commands=[], index=index, forecast=forecast)
 
@@ -90,7 +90,9 @@ class SpotfleetPolicy:
         econs: dict[tuple[Any, ...], Economics] = {}
         groups: dict[tuple[Any, ...], list[Demand]] = {}
         for job in jobs.values():
-            virtual = job.state is JobState.DRAINING
+            virtual = job.state is JobState.DRAINING or (
+                job.state is JobState.RUNNING and _threatened(job, snapshot)
+            )
             if job.state is not JobState.PENDING and not virtual:
                 continue
             if job.cancel_requested:
@@ -140,6 +142,15 @@ class SpotfleetPolicy:
         commands.extend(down)
         result.commands = commands
         return result
+
+
+def _threatened(job: Job, snapshot: Snapshot) -> bool:
+    """Is the job on an instance with a notice (reclaim, rebalance, maintenance)?"""
+    for b in job.bindings:
+        inst = snapshot.instances.get(b.instance_id)
+        if inst is not None and inst.notice_kind is not None:
+            return True
+    return False
 
 
 def _known_hours(spec: JobSpec, forecast: Forecast) -> float | None:

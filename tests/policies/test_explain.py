@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from spotfleet.policies.explain import explain_job
 from typer.testing import CliRunner
 
 from spotfleet.cli.main import app
 from spotfleet.errors import NotFound
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
+from spotfleet.policies.explain import explain_job
 
 from .builders import instance, job, offering, running, snapshot
 

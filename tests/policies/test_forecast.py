@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from spotfleet.policies.forecast import Forecast
-from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import PoolExposure, RunRecord
+from spotfleet.policies.forecast import Forecast
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import job, launches, offering, snapshot
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import Job
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, binds, instance, job, launches, offering, running, snapshot
 

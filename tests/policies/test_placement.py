@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-
-from spotfleet.policies.capacity import Cap
-from spotfleet.policies.forecast import Forecast
-from spotfleet.policies.shape import shape_of
-from spotfleet.policies.spotfleet import SpotfleetPolicy
+from datetime import timedelta
 
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Launch
+from spotfleet.policies.capacity import Cap
+from spotfleet.policies.forecast import Forecast
+from spotfleet.policies.shape import shape_of
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, binds, instance, job, launches, offering, running, snapshot
 
@@ -156,3 +156,34 @@ def test_plan_is_deterministic() -> None:
     for bnd in binds(a).values():
         per_instance[bnd.bindings[0].instance_id] += 1
     assert all(v == 1 for v in per_instance.values())
+
+
+def test_replacement_is_bought_ahead_of_a_reclaim_and_held_for_its_job() -> None:
+    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24)
+    doomed = instance("doomed", spot)
+    doomed.notice_kind = "spot_interruption"
+    victim = running("v", doomed, (0,))
+    other_zone = offering("g5.xlarge", "A10G", 1, 0.32, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24,
+                          zone="use1-az2")  # fmt: skip
+    cmds = SpotfleetPolicy().decide(snapshot(jobs=[victim], instances=[doomed], offerings=[spot, other_zone]))
+    (launch,) = launches(cmds)
+    assert launch.reserved_for == "v" and not binds(cmds)
+
+    # next step: the job checkpointed and is pending; the replacement is provisioning
+    repl = instance(launch.instance_id, launch.offering, state=InstanceState.PROVISIONING)
+    repl.reserved_for = "v"
+    back = job("v", created=T0 - timedelta(hours=2))
+    rival = job("rival", created=T0 - timedelta(hours=3))  # older: planned first
+    cmds = SpotfleetPolicy().decide(snapshot(jobs=[back, rival], instances=[repl], offerings=[spot, other_zone]))
+    assert binds(cmds)["v"].bindings[0].instance_id == repl.id
+    assert binds(cmds)["rival"].bindings[0].instance_id != repl.id
+
+
+def test_an_idle_reserved_replacement_is_not_given_back() -> None:
+    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24)
+    old = instance("old", spot, state=InstanceState.DRAINING)
+    leaving = running("v", old, (0,), state=JobState.DRAINING)
+    repl = instance("repl", spot, idle_since=T0 - timedelta(hours=1))
+    repl.reserved_for = "v"
+    cmds = SpotfleetPolicy().decide(snapshot(jobs=[leaving], instances=[old, repl], offerings=[spot]))
+    assert cmds == []  # held for v: no terminate, and no second replacement

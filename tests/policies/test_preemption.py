@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-
 from spotfleet.model.instance import Instance
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Budget, Drain, Preempt, Terminate
+from spotfleet.model.snapshot import Budget, Drain, Launch, Preempt, Terminate
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, instance, job, of_type, offering, running, snapshot
 
@@ -95,3 +94,26 @@ def test_preemption_can_be_switched_off() -> None:
     urgent = job("urgent", priority="critical", resources={"gpus": 8})
     policy = SpotfleetPolicy(Knobs(preemption_enabled=False))
     assert not of_type(policy.decide(snapshot(jobs=[victim, urgent], instances=[box], offerings=[])), Preempt)
+
+
+def test_budget_drain_skips_instances_this_plan_just_filled() -> None:
+    spot = offering("p4d.24xlarge", "A100", 8, 12.0, gpu_memory_gib=40, market=Market.SPOT, on_demand=30.0)
+    busy = instance("busy", spot)
+    idle_victims = instance("victims", spot)
+    jobs = [running("o1", busy, (0,), priority="opportunistic"),
+            running("o2", idle_victims, (0,), priority="opportunistic"),
+            job("newcomer", resources={"gpus": 7}, created=T0 - timedelta(hours=1))]  # fits only on a box
+    od = offering("p4d.24xlarge", "A100", 8, 30.0, gpu_memory_gib=40)
+    urgent = job("urgent", priority="critical", resources={"gpus": 8})
+    snap = snapshot(jobs=[*jobs, urgent], instances=[busy, idle_victims], offerings=[od], budgets=(Budget(45.0),))
+    cmds = SpotfleetPolicy().decide(snap)
+    (bind,) = [c for c in cmds if getattr(c, "job_id", None) == "newcomer"]
+    filled = bind.bindings[0].instance_id  # type: ignore[attr-defined]
+    assert [d.instance_id for d in of_type(cmds, Drain)] == [({"busy", "victims"} - {filled}).pop()]
+
+
+def test_non_interruptible_normal_jobs_stay_off_spot() -> None:
+    spot = instance("spot", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0))
+    cmds = SpotfleetPolicy().decide(snapshot(jobs=[job("pinned", interruptible=False)], instances=[spot],
+                                             offerings=[offering("g5.xlarge", "A10G", 1, 1.0)]))  # fmt: skip
+    assert [lc.offering.market for lc in of_type(cmds, Launch)] == [Market.ON_DEMAND]

@@ -15,8 +15,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spotfleet.policies.spotfleet import SpotfleetPolicy
-from spotfleet.policies.throughput import is_mig_capable
 
 from spotfleet.catalog import load_catalog
 from spotfleet.model.instance import Instance, InstanceState
@@ -24,6 +22,8 @@ from spotfleet.model.job import Binding, Job, JobState
 from spotfleet.model.offering import Offering
 from spotfleet.model.snapshot import Bind, Budget, Drain, Launch, Preempt, Snapshot, Terminate
 from spotfleet.model.spec import MIG_PROFILES
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+from spotfleet.policies.throughput import is_mig_capable
 
 from .builders import T0, instance, job, snapshot
 
@@ -186,11 +186,16 @@ def test_no_non_interruptible_job_is_disrupted(snap: Snapshot) -> None:
     for j in snap.jobs.values():
         if j.state in (JobState.BOUND, JobState.RUNNING, JobState.DRAINING) and not j.spec.is_interruptible:
             pinned_on.update(j.instance_ids)
+    for c in commands:  # jobs this plan binds count too
+        if isinstance(c, Bind) and not snap.jobs[c.job_id].spec.is_interruptible:
+            pinned_on.update(b.instance_id for b in c.bindings)
     for c in commands:
         if isinstance(c, Terminate | Drain):
             assert c.instance_id not in pinned_on, c
         if isinstance(c, Terminate):
-            assert not snap.jobs_on(c.instance_id) or all(j.state is JobState.PENDING for j in snap.jobs_on(c.instance_id))
+            assert all(j.state is JobState.PENDING for j in snap.jobs_on(c.instance_id))
+            assert not any(isinstance(x, Bind) and c.instance_id in {b.instance_id for b in x.bindings}
+                           for x in commands)  # fmt: skip
         if isinstance(c, Preempt):
             assert snap.jobs[c.job_id].spec.is_interruptible
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.snapshot import Command, Drain, Terminate
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.scaledown import ScaleDownContext, consolidation, emptiness
 from spotfleet.policies.spotfleet import SpotfleetPolicy
-
-from spotfleet.model.instance import InstanceState
-from spotfleet.model.snapshot import Command, Drain, Terminate
 
 from .builders import T0, instance, job, of_type, offering, running, snapshot
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+
+from spotfleet.model.offering import Market
 from spotfleet.policies import throughput
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
@@ -12,8 +14,6 @@ from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY
 from spotfleet.policies.selection import OfferingIndex, economics_of, rank
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
-
-from spotfleet.model.offering import Market
 
 from .builders import binds, job, launches, offering, snapshot
 

@@ -9,10 +9,10 @@ model yet (it sees a second fraction on a GPU as a conflict).
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
-from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from spotfleet.controller.plan import plan
 from spotfleet.model.snapshot import Snapshot
+from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .test_properties import snapshots
 
