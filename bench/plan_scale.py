@@ -111,6 +111,8 @@ def build_snapshot(n_jobs: int, n_instances: int, *, seed: int = 7, offerings: O
         # partly full: whole-GPU single-node jobs on a random share of the GPUs
         free = list(range(o.gpu_count))
         target = rng.randint(0, o.gpu_count)
+        if target == 0 and state is InstanceState.RUNNING:
+            inst.idle_since = NOW - timedelta(minutes=rng.randint(0, 30))
         j = 0
         while len(free) > o.gpu_count - target:
             spec = next(r_iter)
@@ -221,8 +223,10 @@ def main() -> None:
         print(f"{r['jobs']:>7} {r['instances']:>9} {r['offerings']:>9} {r['pending']:>8} {r['seconds']:>8.3f} "
               f"{r['median']:>8.3f} {r['cpu_seconds']:>6.3f} {r['plan_seconds'] or 0:>7.3f} {r['plan_cpu_seconds'] or 0:>6.3f}  {cmds}")
     growth = rows[-1]["seconds"] / rows[0]["seconds"] if len(rows) > 1 and rows[0]["seconds"] else None
+    cpu_growth = rows[-1]["cpu_seconds"] / rows[0]["cpu_seconds"] if len(rows) > 1 and rows[0]["cpu_seconds"] else None
     print(json.dumps({"bench": "plan_scale", "what": "SpotfleetPolicy.decide", "rows": rows,
                       "seconds": rows[-1]["seconds"], "growth": round(growth, 2) if growth else None,
+                      "cpu_seconds": rows[-1]["cpu_seconds"], "cpu_growth": round(cpu_growth, 2) if cpu_growth else None,
                       "plan_seconds": rows[-1]["plan_seconds"]}))
 
 
