@@ -99,9 +99,9 @@ class Fleet:
             if job.state not in (JobState.BOUND, JobState.RUNNING, JobState.DRAINING):
                 continue
             for b in job.bindings:
-                cap = fleet.caps.get(b.instance_id)
-                if cap is not None:
-                    cap.occupy(job, b)
+                held = fleet.caps.get(b.instance_id)
+                if held is not None:
+                    held.occupy(job, b)
         return fleet
 
     def add(self, cap: Cap) -> None:

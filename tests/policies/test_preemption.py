@@ -11,7 +11,7 @@ from spotfleet.model.snapshot import Budget, Drain, Launch, Preempt, Terminate
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
-from .builders import T0, instance, job, of_type, offering, running, snapshot
+from .builders import T0, binds, instance, job, of_type, offering, running, snapshot
 
 
 def _od_box(name: str, gpus: int = 8, price: float = 20.0) -> Instance:
@@ -107,8 +107,7 @@ def test_budget_drain_skips_instances_this_plan_just_filled() -> None:
     urgent = job("urgent", priority="critical", resources={"gpus": 8})
     snap = snapshot(jobs=[*jobs, urgent], instances=[busy, idle_victims], offerings=[od], budgets=(Budget(45.0),))
     cmds = SpotfleetPolicy().decide(snap)
-    (bind,) = [c for c in cmds if getattr(c, "job_id", None) == "newcomer"]
-    filled = bind.bindings[0].instance_id  # type: ignore[attr-defined]
+    filled = binds(cmds)["newcomer"].bindings[0].instance_id
     assert [d.instance_id for d in of_type(cmds, Drain)] == [({"busy", "victims"} - {filled}).pop()]
 
 
