@@ -135,6 +135,33 @@ def deadline_market(
     return MarketDecision(SPOT_ONLY, f"ahead of uniform progress with {slack:.2f} h slack: spot")
 
 
+def has_progress(job: Job) -> bool:
+    return isinstance(job.progress.get("fraction"), int | float) or isinstance(job.progress.get("done_s"), int | float)
+
+
+def should_leave_spot(job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs) -> str | None:
+    """Why a RUNNING deadline job on spot should move to on-demand now, or None.
+
+    Can't Be Late's argument: an unplanned interruption costs the restart
+    delay *plus* the work since the last checkpoint; a planned move (checkpoint,
+    then restart on on-demand) costs only the restart delay. So when the slack
+    no longer covers an interruption but still covers a restart, move now —
+    later it would be too late either way. Only for jobs that report progress:
+    without it the schedule cannot be judged and a running job is left alone.
+    """
+    spec = job.spec
+    if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
+        return None
+    done = progress_hours(job, expected_hours)
+    slack = (spec.deadline - now).total_seconds() / 3600.0 - max(0.0, expected_hours - done)
+    interval = spec.checkpoint.interval
+    lost = interval.total_seconds() / 3600.0 if interval is not None else done
+    if knobs.restart_delay_h < slack <= knobs.restart_delay_h + lost:
+        return (f"deadline: slack {slack:.2f} h no longer covers an interruption "
+                f"({knobs.restart_delay_h + lost:.2f} h) but covers a planned move: to on-demand")  # fmt: skip
+    return None
+
+
 # ---------------------------------------------------------------- budgets
 
 

@@ -10,7 +10,9 @@ One ``decide(snapshot)`` call, in order:
 3. demands grouped by (shape, markets, economics) and planned group by group,
    critical → deadline → normal → opportunistic, oldest first, by
    ``placement.Placer`` against the live budget ledger;
-4. preemption for urgent jobs that could be neither placed nor bought;
+4. preemption for urgent jobs that could be neither placed nor bought, and
+   planned moves of deadline jobs off spot when their slack covers a restart
+   but no longer an interruption (``market.should_leave_spot``);
 5. scale-down methods (emptiness → consolidation) on what is left.
 
 Commands come out in the order the executor should apply them: launches,
@@ -28,12 +30,12 @@ from typing import Any
 
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Snapshot
+from spotfleet.model.snapshot import Command, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
-from spotfleet.policies.market import BudgetLedger, MarketDecision, decide_market
+from spotfleet.policies.market import BudgetLedger, MarketDecision, decide_market, should_leave_spot
 from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_generator
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
@@ -74,6 +76,21 @@ class SpotfleetPolicy:
 
     def decide(self, snapshot: Snapshot) -> list[Command]:
         return self.plan(snapshot).commands
+
+    def _deadline_moves(self, snapshot: Snapshot, forecast: Forecast, result: PlanResult) -> list[Command]:
+        """Preempt (checkpoint, requeue) deadline jobs whose spot slack ran out."""
+        out: list[Command] = []
+        for job in snapshot.jobs.values():
+            if job.state is not JobState.RUNNING or job.spec.deadline is None or job.cancel_requested:
+                continue
+            if _last_market(job, snapshot) is not Market.SPOT or _threatened(job, snapshot):
+                continue
+            why = should_leave_spot(job, now=snapshot.now, expected_hours=_known_hours(job.spec, forecast),
+                                    knobs=self.knobs)  # fmt: skip
+            if why is not None:
+                out.append(Preempt(job.id, why))
+                result.notes[job.id] = why
+        return out
 
     # ------------------------------------------------------------------
     def plan(self, snapshot: Snapshot) -> PlanResult:
@@ -125,6 +142,7 @@ class SpotfleetPolicy:
         result.outcomes = placer.outcomes
 
         commands: list[Command] = [*placer.launches, *placer.binds]
+        commands.extend(self._deadline_moves(snapshot, forecast, result))
         if knobs.preemption_enabled and placer.blocked:
             short: dict[str, float] = {}
             for d in placer.blocked:

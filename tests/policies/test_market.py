@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import Job
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Budget
+from spotfleet.model.snapshot import Budget, Preempt
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
 from spotfleet.policies.spotfleet import SpotfleetPolicy
@@ -113,3 +114,28 @@ def test_tenant_budget_caps_that_tenant_only() -> None:
     snap = snapshot(jobs=jobs, offerings=[box], budgets=(Budget(7.0, tenant="alpha"),))
     placed = set(binds(SpotfleetPolicy().decide(snap)))
     assert placed == {"a0", "a1", "b0", "b1", "b2"}  # alpha: 2 × $3 ≤ $7 < 3 × $3
+
+
+def test_running_deadline_job_moves_off_spot_while_a_planned_move_still_fits() -> None:
+    spot = instance("spot", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0))
+    deadline = T0 + timedelta(hours=10)
+
+    def on_spot(now_left_min: float) -> list[Any]:
+        j = running("d", spot, (0,), deadline=deadline.isoformat(), expected_duration="4h",
+                    checkpoint={"interval": "30m"}, progress={"fraction": 0.95})  # fmt: skip
+        now = deadline - timedelta(minutes=now_left_min)
+        return [c for c in SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[], now=now))
+                if isinstance(c, Preempt)]  # fmt: skip
+
+    # 12 min of work left; interruption = 10 + 30 min; planned move = 10 min
+    assert on_spot(53) == []  # slack 41 min: an interruption is still survivable
+    assert [p.job_id for p in on_spot(52)] == ["d"]  # slack 40 min: move now
+    assert [p.job_id for p in on_spot(23)] == ["d"]  # slack 11 min: a move still fits
+    assert on_spot(22) == []  # slack 10 min: too late to move, stay and hope
+
+
+def test_running_deadline_job_without_progress_is_left_alone() -> None:
+    spot = instance("spot", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0))
+    j = running("d", spot, (0,), deadline=(T0 + timedelta(minutes=30)).isoformat(), expected_duration="4h")
+    assert not [c for c in SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[]))
+                if isinstance(c, Preempt)]  # fmt: skip
