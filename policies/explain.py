@@ -10,6 +10,7 @@ serves and ``spotfleet explain`` renders; nothing here formats for a terminal.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -115,7 +116,7 @@ def explain_job(
                    knobs=knobs)  # fmt: skip
     groups: OrderedDict[str, list[str]] = OrderedDict()
     for o, reason in ranking.rejected:
-        groups.setdefault(reason, []).append(o.key)
+        groups.setdefault(constraint_of(reason), []).append(o.key)
     rejected = tuple(
         RejectedGroup(reason, len(keys), tuple(keys[:3]))
         for reason, keys in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -140,6 +141,22 @@ def explain_job(
         top=tuple(OfferingRow.of(s) for s in ranking.scored[: top or knobs.explain_top]),
         rejected=rejected, compatible=len(ranking.scored), work_unit=unit,
     )  # fmt: skip
+
+
+_VARYING = (
+    (re.compile(r"^(region|provider|GPU) .+? not in "), r"\1 * not in "),  # region us-west-2 not in → region * not in
+    (re.compile(r"^[\d.]+ (GPUs|GiB per GPU|vCPUs|GiB memory|GiB GPU) <"), r"\1 <"),  # 1 GPUs < 4 → GPUs < 4
+    (re.compile(r"^\$[\d.]+/h >"), "price >"),
+    (re.compile(r" until \S+ after"), " after"),
+)
+
+
+def constraint_of(reason: str) -> str:
+    """A rejection reason with the offering's own value elided, so offerings
+    failing the same constraint group together (``region * not in [...]``)."""
+    for pattern, repl in _VARYING:
+        reason = pattern.sub(repl, reason)
+    return reason
 
 
 def _summary(state: JobState, placement: tuple[Placement, ...], status: str, reason: str, note: str,

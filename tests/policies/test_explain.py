@@ -34,7 +34,7 @@ def test_pending_job_blocked_by_budget_says_so_with_ranked_offerings() -> None:
     assert [r.instance_type for r in e.top] == ["g5.xlarge", "p5.48xlarge"]
     assert e.top[0].cost_per_work <= e.top[1].cost_per_work
     reasons = {g.reason: g.count for g in e.rejected}
-    assert reasons["16 GiB per GPU < 20 GiB needed"] == 1
+    assert reasons["GiB per GPU < 20 GiB needed"] == 1  # the offering's own 16 GiB elided for grouping
     assert any(r.startswith("market spot not allowed") for r in reasons)
     assert e.compatible + sum(g.count for g in e.rejected) == len(OFFERS)
     json.dumps(e.to_dict())  # serialisable as the API serves it
@@ -63,3 +63,13 @@ def test_cli_explains_a_spec_offline(tmp_path: Path) -> None:
     data = json.loads(result.output)
     assert data["top"] and all(r["gpu"] == "T4" and r["region"] == "us-east-1" for r in data["top"])
     assert runner.invoke(app, ["explain"]).exit_code == 2
+
+
+def test_rejections_group_by_constraint() -> None:
+    from spotfleet.policies.explain import constraint_of
+
+    assert constraint_of("region us-west-2 not in allowed regions ['us-east-1']") == (
+        "region * not in allowed regions ['us-east-1']")
+    assert constraint_of("GPU RTX PRO Server 6000 not in ['H100']") == "GPU * not in ['H100']"
+    assert constraint_of("1 GPUs < 8 needed per node") == "GPUs < 8 needed per node"
+    assert constraint_of("$3.00/h > max price $2.50/h") == "price > max price $2.50/h"
