@@ -267,7 +267,6 @@ class OfferingIndex:
         self._type_ok: dict[tuple[Shape, str, str], str | None] = {}
         self._classes: dict[tuple[Shape, tuple[Market, ...], bool], list[OfferingClass]] = {}
         self._ranked: dict[tuple[object, ...], RankTable] = {}
-        self._accepts: dict[tuple[Shape, tuple[Market, ...], str, str, str, Market, float], bool] = {}
 
     def hazard_of(self, offering: Offering) -> float:
         found = self.hazard.get(id(offering))
