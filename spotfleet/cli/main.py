@@ -33,12 +33,13 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, local, server
+    from spotfleet.cli import demo, explain, jobs, local, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     local.register(app)
+    explain.register(app)
 
 
 _register()
