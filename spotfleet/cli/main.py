@@ -33,11 +33,13 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server, simulate
+    from spotfleet.cli import demo, explain, jobs, local, server, simulate
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    local.register(app)
+    explain.register(app)
     simulate.register(app)
 
 
