@@ -25,6 +25,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 
 from spotfleet.sim.scenario import POLICY_NAMES, run_single_job, start_ticks
 from spotfleet.sim.traces import TraceSet, load_traces
@@ -49,13 +50,15 @@ def _init(paths: list[str], align: str) -> None:
     _TRACES = load_traces(paths, align=align)  # type: ignore[arg-type]
 
 
-def _one(args: tuple[str, int, float, float, float]) -> Run:
-    policy, tick, work, deadline, restart = args
+def _one(args: tuple[str, int, float, float, float, float]) -> Run:
+    policy, tick, work, deadline, restart, checkpoint_minutes = args
     assert _TRACES is not None
     began = time.perf_counter()
+    interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
-        _TRACES, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart
-    )
+        _TRACES, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
+        checkpoint_interval=interval,
+    )  # fmt: skip
     sim = run.sim
     return Run(
         policy=policy,
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-hours", type=float, default=48.0)
     parser.add_argument("--deadline-hours", type=float, default=52.0)
     parser.add_argument("--restart-hours", type=float, default=0.2)
+    parser.add_argument("--checkpoint-minutes", type=float, default=30.0,
+                        help="the job's periodic checkpoint interval (0: none; it still checkpoints on a notice)")  # fmt: skip
     parser.add_argument("--starts", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0, help="0: starts from tick 0; else a seeded shift of the grid")
     parser.add_argument("--policies", nargs="+", default=list(POLICY_NAMES), choices=POLICY_NAMES)
@@ -86,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     assert _TRACES is not None
     ticks = start_ticks(_TRACES, count=args.starts, window_hours=args.deadline_hours, seed=args.seed)
     policies = list(dict.fromkeys(["optimal", *args.policies]))
-    tasks = [(p, t, args.work_hours, args.deadline_hours, args.restart_hours) for p in policies for t in ticks]
+    tasks = [
+        (p, t, args.work_hours, args.deadline_hours, args.restart_hours, args.checkpoint_minutes)
+        for p in policies
+        for t in ticks
+    ]
     if args.processes > 1:
         with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
             runs = list(pool.map(_one, tasks, chunksize=1))
@@ -99,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"traces: {', '.join(args.traces)} ({len(_TRACES.zones)} zones: {zones}; "
           f"{_TRACES.n_ticks} ticks of {_TRACES.tick_seconds:g} s)")  # fmt: skip
     print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
-          f"{len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
+          f"checkpoint every {args.checkpoint_minutes:g} min, {len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
     header = f"{'policy':<18}{'runs':>5}{'mean $':>11}{'optimal $':>11}{'ratio':>8}{'worst':>8}{'misses':>8}{'spot':>7}{'intr':>6}{'s/run':>7}"
     print(header)
     print("-" * len(header))
@@ -119,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             "optimal_mean_cost": round(optimal_mean, 4), "ratio_to_optimal": round(mean / optimal_mean, 4),
             "deadline_misses": misses, "worst_ratio": round(worst, 4), "traces": args.traces,
             "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
-            "restart_hours": args.restart_hours, "starts": len(ticks), "seed": args.seed,
+            "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
+            "starts": len(ticks), "seed": args.seed,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
