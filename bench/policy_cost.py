@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     lines = []
-    for policy in args.policies if "optimal" in args.policies else ["optimal", *args.policies]:
+    for policy in policies:
         mine = [r for r in runs if r.policy == policy]
         mean = statistics.fmean(r.cost for r in mine)
         worst = max(r.cost / optimum[r.start_tick] for r in mine if optimum[r.start_tick] > 0)

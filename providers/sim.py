@@ -35,12 +35,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
-from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
 
 from spotfleet.clock import Clock
 from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.offering import Market, Offering, Offerings
+from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.sim.traces import TraceSet, ZoneTrace
 
 NOTICE_SECONDS: Mapping[str, float] = {"aws": 120.0, "gcp": 30.0}
@@ -158,11 +158,7 @@ class SimProvider:
             zone = self._zone_for(offering)
             if offering.provider != self.name or (zone is None and not self._is_extra(offering)):
                 raise PermanentError(f"{self.name} does not sell {offering.key}")
-            if (
-                zone is not None
-                and offering.market is Market.SPOT
-                and self._free(zone, now) < request.count
-            ):
+            if zone is not None and offering.market is Market.SPOT and self._free(zone, now) < request.count:
                 failed.append(offering)
                 continue
             made = [self._start(offering, zone, request, now) for _ in range(request.count)]
@@ -253,17 +249,11 @@ class SimProvider:
         times = [e.observed_at for e in self._events if e.observed_at > now]
         limit = self.traces.tick_at(now + within)
         for zone in self._zones.values():
-            times.extend(
-                i.reclaim_at
-                for i in zone.running
-                if i.reclaim_at is not None and i.reclaim_at > now
-            )
+            times.extend(i.reclaim_at for i in zone.running if i.reclaim_at is not None and i.reclaim_at > now)
             undecided = [i for i in zone.running if i.reclaim_at is None]
             if not undecided:
                 continue
-            drop = self._next_drop(
-                zone, start=max(zone.scanned_to, 0), count=len(zone.running), limit=limit
-            )
+            drop = self._next_drop(zone, start=max(zone.scanned_to, 0), count=len(zone.running), limit=limit)
             if drop is not None:
                 times.append(max(self.traces.time_of(drop) - zone.notice, now))
         return min(times) if times else None
@@ -289,15 +279,9 @@ class SimProvider:
     def _decide_boundary(self, zone: _Zone, tick: int) -> None:
         """At the start of ``tick``, reclaim (newest first) what exceeds capacity."""
         at = self.traces.time_of(tick)
-        alive = [
-            i
-            for i in zone.running
-            if i.launched_at < at and (i.reclaim_at is None or i.reclaim_at > at)
-        ]
+        alive = [i for i in zone.running if i.launched_at < at and (i.reclaim_at is None or i.reclaim_at > at)]
         excess = len(alive) - self._available(zone, tick)
-        for inst in sorted(alive, key=lambda i: (i.launched_at, i.provider_id), reverse=True)[
-            : max(excess, 0)
-        ]:
+        for inst in sorted(alive, key=lambda i: (i.launched_at, i.provider_id), reverse=True)[: max(excess, 0)]:
             self._doom(zone, inst, at)
 
     def _doom(self, zone: _Zone, inst: SimInstance, at: datetime) -> None:
@@ -334,9 +318,7 @@ class SimProvider:
                 )
             )
 
-    def _start(
-        self, offering: Offering, zone: _Zone | None, request: LaunchRequest, now: datetime
-    ) -> SimInstance:
+    def _start(self, offering: Offering, zone: _Zone | None, request: LaunchRequest, now: datetime) -> SimInstance:
         pid = f"{self.name}-{next(self._ids):06d}"
         inst = SimInstance(
             provider_id=pid,
@@ -424,9 +406,7 @@ class SimProvider:
         return self._base_offering(zone.trace, Market.ON_DEMAND, zone.trace.on_demand_price)
 
     def _base_offering(self, trace: ZoneTrace, market: Market, price: float) -> Offering:
-        gpu_mem, vcpus, mem, nvlink = self._hardware.get(
-            trace.instance_type, (0.0, 0.0, 0.0, False)
-        )
+        gpu_mem, vcpus, mem, nvlink = self._hardware.get(trace.instance_type, (0.0, 0.0, 0.0, False))
         return Offering(
             provider=self.name,
             region=trace.region,
@@ -463,10 +443,7 @@ class SimProvider:
 
     def _zone_for(self, offering: Offering) -> _Zone | None:
         for zone in self._zones.values():
-            if (
-                zone.trace.zone == offering.zone
-                and zone.trace.instance_type == offering.instance_type
-            ):
+            if zone.trace.zone == offering.zone and zone.trace.instance_type == offering.instance_type:
                 return zone
         return None
 

@@ -28,21 +28,13 @@ def simulate(
         list[Path],
         typer.Option("--traces", help="trace directory or file (repeat, or list several after it)"),
     ],
-    workload: Annotated[
-        Path, typer.Option("--workload", help="workload YAML (see examples/workload.yaml)")
-    ],
-    more: Annotated[
-        list[Path] | None, typer.Argument(metavar="[DIR ...]", help="more trace directories")
-    ] = None,
+    workload: Annotated[Path, typer.Option("--workload", help="workload YAML (see examples/workload.yaml)")],
+    more: Annotated[list[Path] | None, typer.Argument(metavar="[DIR ...]", help="more trace directories")] = None,
     policy: Annotated[
         str,
-        typer.Option(
-            "--policy", help="on-demand | greedy | uniform-progress | spotfleet | optimal"
-        ),
+        typer.Option("--policy", help="on-demand | greedy | uniform-progress | spotfleet | optimal"),
     ] = "spotfleet",
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="write the full result as JSON here")
-    ] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the full result as JSON here")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="write a timeline PNG here")] = None,
     align: Annotated[
         str,
@@ -72,17 +64,13 @@ def simulate(
         if policy == "optimal":
             _optimal(console, trace_set, load, json_out)
             return
-        settings = SimSettings(
-            restart_seconds=load.restart_seconds, checkpoint_seconds=checkpoint_seconds
-        )
+        settings = SimSettings(restart_seconds=load.restart_seconds, checkpoint_seconds=checkpoint_seconds)
         planner = make_policy(
             policy,
             restart_hours=load.restart_seconds / 3600,
             tick_hours=trace_set.tick_seconds / 3600,
         )
-        sim = Simulation(
-            trace_set, load.items, planner, start=load.start, end=load.horizon(), settings=settings
-        )
+        sim = Simulation(trace_set, load.items, planner, start=load.start, end=load.horizon(), settings=settings)
         result = sim.run()
     except InvalidSpec as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -128,9 +116,7 @@ def _optimal(console: Console, trace_set: TraceSet, load: Workload, json_out: Pa
         "finish_hours": round(result.finish_seconds / 3600, 4) if result.feasible else None,
         "schedule": schedule,
     }
-    console.print(
-        f"optimal cost ${result.cost:,.2f}, done {result.finish_seconds / 3600:.2f} h after the start"
-    )
+    console.print(f"optimal cost ${result.cost:,.2f}, done {result.finish_seconds / 3600:.2f} h after the start")
     for seg in schedule:
         console.print(
             f"  ticks {seg['start_tick']}–{seg['end_tick']}: {seg['market']} in {seg['zone']} ({seg['hours']} h, ${seg['cost']})"

@@ -85,9 +85,7 @@ class JobTrack:
         return self.started + timedelta(seconds=self.restart)
 
     def wakeups(self) -> list[datetime]:
-        return [
-            t for t in (self.completion_at(), self.exit_at, self.productive_from()) if t is not None
-        ]
+        return [t for t in (self.completion_at(), self.exit_at, self.productive_from()) if t is not None]
 
     # ------------------------------------------------------------ lifecycle
 
@@ -170,9 +168,7 @@ class JobTrack:
             when = self.stopped_at or self.saved_at
             assert when is not None
             saved = self.stop_progress if self.stopped_at is not None else self.saved
-            checkpoint = CheckpointInfo(
-                path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when
-            )
+            checkpoint = CheckpointInfo(path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when)
         exited = self.exit_at is not None and self.exit_at <= at
         return JobStatus(
             job_id=self.job_id,

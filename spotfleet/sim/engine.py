@@ -103,9 +103,7 @@ class SimResult:
     reclaims: int
     cost_curve: list[tuple[datetime, float]]
     on_demand_cost: float  # the same work on on-demand, one start per job (the reference line)
-    on_demand_runs: list[tuple[datetime, float, float]] = field(
-        default_factory=list
-    )  # (from, seconds, USD/h)
+    on_demand_runs: list[tuple[datetime, float, float]] = field(default_factory=list)  # (from, seconds, USD/h)
 
     def on_demand_spent(self, at: datetime) -> float:
         """The reference line: what on-demand from each arrival would have cost by ``at``."""
@@ -139,16 +137,12 @@ class SimResult:
     def spot_share(self) -> float:
         """Share of paid instance-hours that were spot."""
         total = sum(b.seconds for b in self.bills)
-        return (
-            sum(b.seconds for b in self.bills if b.market is Market.SPOT) / total if total else 0.0
-        )
+        return sum(b.seconds for b in self.bills if b.market is Market.SPOT) / total if total else 0.0
 
     def gpu_hours_paid(self, gpus_of: dict[str, int]) -> float:
         return sum(b.seconds * gpus_of.get(b.instance_type, 1) for b in self.bills) / 3600.0
 
-    def to_dict(
-        self, *, gpus_of: dict[str, int] | None = None, gpu_hours_used: float | None = None
-    ) -> dict[str, Any]:
+    def to_dict(self, *, gpus_of: dict[str, int] | None = None, gpu_hours_used: float | None = None) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "start": self.start.isoformat(),
@@ -222,16 +216,12 @@ class Simulation:
 
             catalog = load_catalog()
         self.providers = {
-            cloud: SimProvider(
-                traces, clock=self.clock, name=cloud, clouds=[cloud], catalog=catalog
-            )
+            cloud: SimProvider(traces, clock=self.clock, name=cloud, clouds=[cloud], catalog=catalog)
             for cloud in sorted({z.cloud for z in traces.zones})
         }
         self.store = Store("sqlite://")
         self.store.migrate()
-        self._tmp = (
-            None if data_dir is not None else tempfile.TemporaryDirectory(prefix="spotfleet-sim-")
-        )
+        self._tmp = None if data_dir is not None else tempfile.TemporaryDirectory(prefix="spotfleet-sim-")
         self.controller = Controller(
             store=self.store,
             providers=self.providers,
@@ -321,9 +311,7 @@ class Simulation:
                         response = self.controller.register_agent(agent.token, request)
                         agent.registered = True
                     else:
-                        beat = Heartbeat(
-                            jobs=[self.tracks[j].status(r, now) for j, _, r in sorted(agent.runs)]
-                        )
+                        beat = Heartbeat(jobs=[self.tracks[j].status(r, now) for j, _, r in sorted(agent.runs)])
                         response = self.controller.heartbeat(agent.token, beat)
                 except Unauthorized:
                     continue  # the controller retired it; the provider is terminating it
@@ -350,9 +338,7 @@ class Simulation:
         plan = self.controller.last_plan
         if plan is None:
             return True
-        return any(
-            j.state in (JobState.BOUND, JobState.DRAINING) for j in plan.snapshot.jobs.values()
-        )
+        return any(j.state in (JobState.BOUND, JobState.DRAINING) for j in plan.snapshot.jobs.values())
 
     def _all_done(self) -> bool:
         return all(t.finished_at is not None for t in self.tracks.values()) and not any(
@@ -365,9 +351,7 @@ class Simulation:
         """Ticks at which any zone's availability or spot price changes."""
         avail = np.stack([z.available for z in self.traces.zones])
         price = np.stack([z.spot_price for z in self.traces.zones])
-        changed = (np.diff(avail, axis=1) != 0).any(axis=0) | (np.diff(price, axis=1) != 0).any(
-            axis=0
-        )
+        changed = (np.diff(avail, axis=1) != 0).any(axis=0) | (np.diff(price, axis=1) != 0).any(axis=0)
         return np.flatnonzero(changed) + 1
 
     def _busy(self, now: datetime) -> bool:
@@ -383,16 +367,10 @@ class Simulation:
         hosting = {b.instance_id for j in snap.jobs.values() if not j.terminal for b in j.bindings}
         for job in snap.jobs.values():
             on_demand = any(
-                (inst := snap.instances.get(b.instance_id)) is not None
-                and inst.market is Market.ON_DEMAND
+                (inst := snap.instances.get(b.instance_id)) is not None and inst.market is Market.ON_DEMAND
                 for b in job.bindings
             )
-            if (
-                on_demand
-                and job.spec.deadline is not None
-                and not job.terminal
-                and self._moves_running
-            ):
+            if on_demand and job.spec.deadline is not None and not job.terminal and self._moves_running:
                 return True  # a deadline policy may move it back to spot as time passes
         for inst in snap.instances.values():
             if inst.live and (inst.state is not I.RUNNING or inst.id not in hosting):

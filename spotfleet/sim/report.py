@@ -118,9 +118,7 @@ def plot_timeline(result: SimResult, traces: TraceSet, path: Path | str) -> None
         if bill.reclaimed:
             top.plot([b], [row[bill.zone]], marker="x", color="black")
     top.set_yticks(range(len(zones)), zones)
-    top.set_title(
-        f"{result.policy}: spot (green), on-demand (orange), spot available (grey), reclaim (x)"
-    )
+    top.set_title(f"{result.policy}: spot (green), on-demand (orange), spot available (grey), reclaim (x)")
     xs = [hours(t) for t, _ in result.cost_curve]
     top.set_xlim(0, max(span, 1e-6))
     bottom.step(

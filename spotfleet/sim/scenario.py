@@ -35,9 +35,7 @@ def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.
         return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours))
     known = ", ".join(POLICY_NAMES)
     if name == "optimal":
-        raise InvalidSpec(
-            "policy", "optimal is the omniscient bound of scenario (a), not a planner policy"
-        )
+        raise InvalidSpec("policy", "optimal is the omniscient bound of scenario (a), not a planner policy")
     raise InvalidSpec("policy", f"unknown policy {name!r}; choose one of {known}")
 
 
@@ -98,9 +96,7 @@ def run_single_job(
         catalog_on_demand=base.catalog_on_demand,
         plan=base.plan,
     )
-    planner = make_policy(
-        policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600
-    )
+    planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600)
     # Run past the deadline (a late job still costs money) but not forever.
     end = deadline + timedelta(hours=max(deadline_hours, work_hours))
     result = Simulation(traces, [item], planner, start=start, end=end, settings=sim_settings).run()
@@ -134,7 +130,5 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
 def policy_names(names: Sequence[str]) -> list[str]:
     bad = [n for n in names if n not in POLICY_NAMES]
     if bad:
-        raise InvalidSpec(
-            "policy", f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_NAMES)}"
-        )
+        raise InvalidSpec("policy", f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_NAMES)}")
     return list(names)

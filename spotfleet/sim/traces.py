@@ -88,13 +88,9 @@ class TraceFile(BaseModel):
     def _consistent(self) -> TraceFile:
         for i, count in enumerate(self.available):
             if not 0 <= count <= self.requested:
-                raise ValueError(
-                    f"available[{i}] = {count} is outside 0..requested ({self.requested})"
-                )
+                raise ValueError(f"available[{i}] = {count} is outside 0..requested ({self.requested})")
         if isinstance(self.spot_price, list) and len(self.spot_price) != len(self.available):
-            raise ValueError(
-                f"spot_price has {len(self.spot_price)} ticks but available has {len(self.available)}"
-            )
+            raise ValueError(f"spot_price has {len(self.spot_price)} ticks but available has {len(self.available)}")
         return self
 
 
@@ -287,9 +283,7 @@ def build_trace_set(
             return 0.0
         return (tf.start_time - epoch).total_seconds()
 
-    n_ticks = max(
-        math.ceil((offset(tf) + len(tf.available) * tf.tick_seconds) / tick - 1e-9) for _, tf in raw
-    )
+    n_ticks = max(math.ceil((offset(tf) + len(tf.available) * tf.tick_seconds) / tick - 1e-9) for _, tf in raw)
     longest = max(math.ceil(len(tf.available) * tf.tick_seconds / tick) for _, tf in raw)
     if n_ticks > 4 * longest:
         raise InvalidTrace(
@@ -301,9 +295,7 @@ def build_trace_set(
         index = _resample_index(tf, offset=offset(tf), tick=tick, n_ticks=n_ticks)
         inside = (index >= 0) & (index < len(tf.available))
         clipped = np.clip(index, 0, len(tf.available) - 1)
-        available = np.where(inside, np.asarray(tf.available, dtype=np.int64)[clipped], 0).astype(
-            np.int64
-        )
+        available = np.where(inside, np.asarray(tf.available, dtype=np.int64)[clipped], 0).astype(np.int64)
         prices, source = _spot_series(tf, catalog=catalog, spot_ratio=spot_ratio, path=path)
         zones.append(
             ZoneTrace(
@@ -361,11 +353,7 @@ def catalog_spot_price(
 ) -> tuple[float, str]:
     """A spot price for a trace that has none, and where it came from."""
     offerings = (catalog if catalog is not None else _bundled_catalog()).where(
-        lambda o: (
-            o.market is Market.SPOT
-            and o.provider == tf.cloud
-            and o.instance_type == tf.instance_type
-        )
+        lambda o: o.market is Market.SPOT and o.provider == tf.cloud and o.instance_type == tf.instance_type
     )
     exact = [o.price_per_hour for o in offerings if o.zone == tf.zone]
     if exact:

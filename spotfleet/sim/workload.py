@@ -66,9 +66,7 @@ def load_workload(path: Path | str, traces: TraceSet) -> Workload:
 
 def parse_workload(data: Any, traces: TraceSet, *, source: str = "workload") -> Workload:
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
-        raise InvalidSpec(
-            "jobs", "a workload is a mapping with a non-empty list of jobs", source=source
-        )
+        raise InvalidSpec("jobs", "a workload is a mapping with a non-empty list of jobs", source=source)
     unknown = set(data) - {"start", "start_tick", "restart", "jobs"}
     if unknown:
         raise InvalidSpec(
@@ -94,24 +92,18 @@ def parse_workload(data: Any, traces: TraceSet, *, source: str = "workload") -> 
         elif "expected_duration" in raw:
             work = _duration(raw["expected_duration"], f"{where}.expected_duration", source)
         else:
-            raise InvalidSpec(
-                f"{where}.work", "say how much work the job needs, e.g. work: 12h", source=source
-            )
+            raise InvalidSpec(f"{where}.work", "say how much work the job needs, e.g. work: 12h", source=source)
         fields.setdefault("expected_duration", work.total_seconds())
         arrives = start + arrival
         if raw.get("deadline") is not None:
-            fields["deadline"] = (
-                arrives + _duration(raw["deadline"], f"{where}.deadline", source)
-            ).isoformat()
+            fields["deadline"] = (arrives + _duration(raw["deadline"], f"{where}.deadline", source)).isoformat()
         name = str(fields.get("name", f"job{i}"))
         for n in range(count):
             spec_fields = dict(fields, name=f"{name}-{n + 1}" if count > 1 else name)
             try:
                 spec: JobSpec = parse_spec(spec_fields, source=source)
             except InvalidSpec as exc:
-                raise InvalidSpec(
-                    f"{where}.{exc.field}" if exc.field else where, exc.message, source=source
-                ) from None
+                raise InvalidSpec(f"{where}.{exc.field}" if exc.field else where, exc.message, source=source) from None
             items.append(WorkItem(spec=spec, arrival=arrives, work_seconds=work.total_seconds()))
     return Workload(tuple(items), start, restart.total_seconds())
 
@@ -138,9 +130,7 @@ def single_job(
             "resources": {"gpus": zone.gpus_per_instance, "gpu_types": [zone.gpu]},
             "deadline": (start + timedelta(hours=deadline_hours)).isoformat(),
             "expected_duration": work_hours * 3600,
-            "checkpoint": {"interval": checkpoint_interval.total_seconds()}
-            if checkpoint_interval
-            else {},
+            "checkpoint": {"interval": checkpoint_interval.total_seconds()} if checkpoint_interval else {},
         }
     )
     return WorkItem(spec=spec, arrival=start, work_seconds=work_hours * 3600)
@@ -152,24 +142,16 @@ def _start(data: dict[str, Any], traces: TraceSet, *, source: str) -> datetime:
     if "start_tick" in data:
         tick = data["start_tick"]
         if not isinstance(tick, int) or not 0 <= tick < traces.n_ticks:
-            raise InvalidSpec(
-                "start_tick", f"must be an integer tick in 0..{traces.n_ticks - 1}", source=source
-            )
+            raise InvalidSpec("start_tick", f"must be an integer tick in 0..{traces.n_ticks - 1}", source=source)
         return traces.time_of(tick)
     if "start" in data:
         value = data["start"]
         try:
-            when = (
-                value
-                if isinstance(value, datetime)
-                else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-            )
+            when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
         except ValueError:
             raise InvalidSpec("start", "an ISO-8601 time with a timezone", source=source) from None
         if when.tzinfo is None:
-            raise InvalidSpec(
-                "start", "give the time with a timezone, e.g. 2025-10-05T00:00:00Z", source=source
-            )
+            raise InvalidSpec("start", "give the time with a timezone, e.g. 2025-10-05T00:00:00Z", source=source)
         return when
     return traces.epoch
 

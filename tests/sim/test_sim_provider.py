@@ -5,6 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+
+from spotfleet.catalog import load_catalog
+from spotfleet.clock import FakeClock
+from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
+from spotfleet.model.events import NoticeKind
+from spotfleet.model.offering import Market, Offering
 from spotfleet.providers.base import (
     TAG_CLUSTER,
     TAG_REQUEST_ID,
@@ -14,12 +20,6 @@ from spotfleet.providers.base import (
     Provider,
 )
 from spotfleet.providers.sim import SimProvider
-
-from spotfleet.catalog import load_catalog
-from spotfleet.clock import FakeClock
-from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
-from spotfleet.model.events import NoticeKind
-from spotfleet.model.offering import Market, Offering
 from spotfleet.sim.traces import TraceSet
 
 from .helpers import MakeSet
