@@ -98,7 +98,8 @@ def optimal_single_job(
     """The cheapest way to do ``work_hours`` within ``deadline_hours`` of ``start_tick``.
 
     ``zones`` limits the zones (names or keys; default all); ``nodes`` is how
-    many spot instances the zone must have available for the job to use it.
+    many instances the job runs on at once (a gang, all in one zone): spot is
+    usable where the zone has that many available, and every node is paid.
     Times are rounded to whole seconds.
     """
     problem = _build(
@@ -136,12 +137,12 @@ def _build(
     inside = (cols >= 0) & (cols < traces.n_ticks)
     safe = np.clip(cols, 0, traces.n_ticks - 1)
     spot_ok = np.stack([(z.available[safe] >= nodes) & inside for z in picked.zones])
-    spot_price = np.stack([z.spot_price[safe] for z in picked.zones])
+    spot_price = np.stack([z.spot_price[safe] for z in picked.zones]) * nodes  # a gang pays every node
     od = min(picked.zones, key=lambda z: (z.on_demand_price, z.key))
     return _Problem(
         keys=tuple(z.key for z in picked.zones),
         od_key=od.key,
-        od_price=od.on_demand_price,
+        od_price=od.on_demand_price * nodes,
         spot_ok=spot_ok,
         spot_price=spot_price,
         tick_lengths=tuple(lengths),

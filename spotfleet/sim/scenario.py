@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -110,8 +111,6 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
     ``seed`` shifts the whole grid by a deterministic fraction of one spacing, so
     different seeds sample different (but reproducible) starts.
     """
-    import random
-
     window = int(window_hours * 3600 / traces.tick_seconds + 0.999999)
     last = traces.n_ticks - window
     if last < 0:
@@ -121,10 +120,9 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
         )
     if count <= 1:
         return [0]
-    spacing = last / (count - 1) if count > 1 else 0.0
+    spacing = last / (count - 1)
     shift = random.Random(seed).random() * spacing if seed else 0.0
-    ticks = [min(int(i * spacing + shift), last) for i in range(count)]
-    return sorted(set(ticks)) if len(set(ticks)) == len(ticks) else ticks
+    return [min(int(i * spacing + shift), last) for i in range(count)]
 
 
 def policy_names(names: Sequence[str]) -> list[str]:

@@ -183,3 +183,17 @@ def test_shared_traces_optimum_is_below_on_demand(shared_traces: Path) -> None:
     assert result.cost < 0.3 * cheapest_od * 48.2
     assert result.finish_seconds <= 52 * 3600
     assert sum(s.cost for s in result.schedule) == pytest.approx(result.cost)
+
+
+def test_a_gang_needs_capacity_for_every_node_and_pays_for_each(make_set: MakeSet) -> None:
+    traces = make_set(
+        trace_file("us-east-1a", [2, 2, 1, 1, 2, 2], spot=1.0, requested=2),
+        trace_file("us-east-1b", [1] * 6, spot=0.5, requested=2),
+    )
+    one = optimal_single_job(traces, work_hours=1, deadline_hours=3, restart_hours=0.2)
+    assert one.cost == pytest.approx(0.6)  # one node fits the cheap zone
+    gang = optimal_single_job(traces, work_hours=1, deadline_hours=3, restart_hours=0.2, nodes=2)
+    # Only us-east-1a has room for two, at ticks 0-1 (0.8 h of work after the
+    # restart) and 4-5 (the last 0.2 h plus a second restart): 2 nodes × 1.4 h × $1.
+    assert gang.cost == pytest.approx(2 * 1.4 * 1.0)
+    assert {s.zone for s in gang.schedule} == {"aws:p3.2xlarge:us-east-1a"}

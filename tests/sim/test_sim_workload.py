@@ -59,3 +59,16 @@ def test_single_job_matches_the_trace_type(make_set: MakeSet) -> None:
     item = single_job(traces, work_hours=1, deadline_hours=2, start_tick=3)
     assert item.spec.resources.gpus == 1 and item.spec.resources.gpu_types == ["V100"]
     assert item.spec.deadline == traces.time_of(3) + timedelta(hours=2)
+
+
+def test_start_ticks_are_even_reproducible_and_leave_the_window(make_set: MakeSet) -> None:
+    from spotfleet.sim.scenario import start_ticks
+
+    traces = make_set(("us-east-1a", [1] * 100), tick=600)  # 100 ticks of 10 min
+    plain = start_ticks(traces, count=5, window_hours=2)  # the window is 12 ticks
+    assert plain == [0, 22, 44, 66, 88]
+    shifted = start_ticks(traces, count=5, window_hours=2, seed=3)
+    assert shifted == start_ticks(traces, count=5, window_hours=2, seed=3) != plain
+    assert all(0 <= t <= 88 for t in shifted)
+    with pytest.raises(InvalidSpec):
+        start_ticks(traces, count=5, window_hours=20)
