@@ -123,10 +123,3 @@ def start_ticks(traces: TraceSet, *, count: int, window_hours: float, seed: int 
     spacing = last / (count - 1)
     shift = random.Random(seed).random() * spacing if seed else 0.0
     return [min(int(i * spacing + shift), last) for i in range(count)]
-
-
-def policy_names(names: Sequence[str]) -> list[str]:
-    bad = [n for n in names if n not in POLICY_NAMES]
-    if bad:
-        raise InvalidSpec("policy", f"unknown policy {bad[0]!r}; choose from {', '.join(POLICY_NAMES)}")
-    return list(names)
