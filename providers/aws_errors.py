@@ -28,6 +28,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     EndpointConnectionError,
     ReadTimeoutError,
 )
+from botocore.parsers import ResponseParserError  # type: ignore[import-untyped]
 
 from spotfleet.errors import PermanentError, ProviderError, QuotaExceeded, Throttled
 
@@ -35,7 +36,8 @@ __all__ = ["AWS_ERRORS", "BotoCoreError", "ClientError", "ErrorClass", "classify
 
 
 # What a boto3 call can raise that is the cloud's doing (catch these, nothing broader).
-AWS_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError)
+# ResponseParserError: an endpoint answered something that is not AWS's protocol.
+AWS_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError, ResponseParserError)
 
 
 class ErrorClass(enum.StrEnum):
@@ -120,7 +122,7 @@ def translate(err: BaseException, *, operation: str) -> ProviderError:
         return PermanentError(text)
     if isinstance(err, EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError | ConnectionError):
         return Throttled(THROTTLE_BACKOFF_S, f"{operation}: endpoint unreachable: {err}")
-    if isinstance(err, BotoCoreError):
+    if isinstance(err, BotoCoreError | ResponseParserError):
         return PermanentError(f"{operation}: {err}")
     return PermanentError(f"{operation}: {type(err).__name__}: {err}")
 

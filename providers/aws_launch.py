@@ -6,8 +6,9 @@ One launch is two calls:
    data (the node bootstrap with the instance's secret). Spotfleet's own
    template (``spotfleet-<cluster>``) gets a full version built from config
    (IMDSv2 required with hop limit 1, encrypted gp3 root volume, volume tags);
-   an existing template (e.g. terraform's) gets a version derived from its
-   default version with only the user data and metadata options replaced.
+   an existing template (e.g. terraform's) gets a version copied from its
+   default version with the user data replaced and IMDSv2 and volume
+   encryption enforced; its default version is never changed.
    The call carries a client token derived from the request id, so a retried
    launch reuses the same version, and the fleet call below stays identical.
 2. ``CreateFleet`` with ``Type=instant``: one override per acceptable (instance
@@ -103,6 +104,27 @@ def managed_template_data(
     return data
 
 
+def derived_template_data(base: Mapping[str, Any], *, user_data: str) -> dict[str, Any]:
+    """An existing template's data with this launch's user data, IMDSv2 and encryption enforced.
+
+    Design choice: the version is written out in full instead of with
+    ``SourceVersion``: it reads the same in the console, and endpoints that do
+    not merge source versions (moto) launch it too.
+    """
+    data = {k: v for k, v in base.items() if k != "UserData"}
+    data["UserData"] = base64.b64encode(user_data.encode()).decode()
+    data["MetadataOptions"] = metadata_options()
+    mappings = []
+    for mapping in data.get("BlockDeviceMappings") or []:
+        mapping = dict(mapping)
+        if "Ebs" in mapping:
+            mapping["Ebs"] = {**mapping["Ebs"], "Encrypted": True}
+        mappings.append(mapping)
+    if mappings:
+        data["BlockDeviceMappings"] = mappings
+    return data
+
+
 @dataclass(frozen=True, slots=True)
 class TemplateVersion:
     template_id: str
@@ -118,6 +140,7 @@ class LaunchTemplates:
         self._cluster = cluster
         self._lock = threading.Lock()
         self._templates: dict[str, tuple[str, int]] = {}  # region → (id, default version)
+        self._base_data: dict[str, dict[str, Any]] = {}  # region → an existing template's default data
 
     @property
     def managed(self) -> bool:
@@ -164,6 +187,21 @@ class LaunchTemplates:
         log.info("created launch template %s (%s) in %s", self.name, template["LaunchTemplateId"], region)
         return template["LaunchTemplateId"], int(template["DefaultVersionNumber"])
 
+    def _base(self, region: str, ec2: Any, *, template_id: str, version: int) -> dict[str, Any]:
+        """An existing template's default version data (read once per region)."""
+        with self._lock:
+            found = self._base_data.get(region)
+        if found is not None:
+            return found
+        try:
+            response = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=[str(version)])
+        except AWS_ERRORS as err:
+            raise translate(err, operation="DescribeLaunchTemplateVersions") from err
+        found = dict(response["LaunchTemplateVersions"][0]["LaunchTemplateData"])
+        with self._lock:
+            self._base_data[region] = found
+        return found
+
     def version_for(
         self, region: str, *, request_id: str, user_data: str, volume_tags: Mapping[str, str]
     ) -> TemplateVersion:
@@ -180,11 +218,9 @@ class LaunchTemplates:
                 self._config, user_data=user_data, volume_tags=volume_tags
             )
         else:
-            kwargs["SourceVersion"] = str(default_version)
-            kwargs["LaunchTemplateData"] = {
-                "UserData": base64.b64encode(user_data.encode()).decode(),
-                "MetadataOptions": metadata_options(),
-            }
+            kwargs["LaunchTemplateData"] = derived_template_data(
+                self._base(region, ec2, template_id=template_id, version=default_version), user_data=user_data
+            )
         try:
             response = ec2.create_launch_template_version(**kwargs)
         except AWS_ERRORS as err:

@@ -6,13 +6,13 @@ import json
 from typing import Any
 
 import boto3
-from conftest import CLUSTER, REGION, CatalogPrices, http_response, make_config
+from aws_moto import CLUSTER, REGION, CatalogPrices, http_response, make_config
+from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
+from spotfleet.providers.aws_prices import SOURCE_CATALOG, SOURCE_PRICING_API, SOURCE_SPOT_HISTORY
 
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import FakeClock
 from spotfleet.model.offering import Market
-from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
-from spotfleet.providers.aws_prices import SOURCE_CATALOG, SOURCE_PRICING_API, SOURCE_SPOT_HISTORY
 
 
 def _catalog_on_demand() -> dict[str, float]:
