@@ -40,3 +40,22 @@ REQUIRED_IAM_ACTIONS: frozenset[str] = frozenset({
     "sqs:ReceiveMessage",
     "sqs:DeleteMessage",
 })
+
+# API operations authorized under another action's name.
+IAM_ACTION_FOR_OPERATION: dict[str, str] = {
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+}
+
+# Actions EC2 checks on the caller's behalf during CreateFleet (no direct call).
+IMPLIED_IAM_ACTIONS: frozenset[str] = frozenset({
+    "ec2:RunInstances",
+    "ec2:CreateTags",
+    "iam:PassRole",
+    "iam:CreateServiceLinkedRole",
+})
+
+
+def iam_action(service: str, operation: str) -> str:
+    """The IAM action that authorizes one API operation (``ec2``, ``CreateFleet``)."""
+    action = f"{service}:{operation}"
+    return IAM_ACTION_FOR_OPERATION.get(action, action)

@@ -29,7 +29,12 @@ from urllib.parse import parse_qs
 import boto3
 from botocore.awsrequest import AWSResponse
 from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
-from spotfleet.providers.base import TAG_JOB_IDS, TAG_REQUEST_ID, AgentBootstrap, LaunchRequest
+from spotfleet.providers.base import (
+    TAG_JOB_IDS,
+    TAG_REQUEST_ID,
+    AgentBootstrap,
+    LaunchRequest,
+)
 
 from spotfleet.catalog import load_catalog
 from spotfleet.model.offering import Market, Offering
@@ -245,3 +250,11 @@ def request(request_id: str, offerings: Sequence[Offering], *, count: int = 1) -
 def tagged_instances(ec2: Any, request_id: str) -> list[dict[str, Any]]:
     pages = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_REQUEST_ID}", "Values": [request_id]}])
     return [i for r in pages["Reservations"] for i in r["Instances"]]
+
+
+def run_foreign(ec2: Any, *, tags: dict[str, str] | None = None) -> str:
+    """An instance spotfleet did not launch (untagged, or another cluster's)."""
+    kwargs: dict[str, Any] = {"ImageId": AMI, "MinCount": 1, "MaxCount": 1, "InstanceType": "g5.xlarge"}
+    if tags:
+        kwargs["TagSpecifications"] = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+    return str(ec2.run_instances(**kwargs)["Instances"][0]["InstanceId"])

@@ -5,20 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aws_moto import AMI, CLUSTER, pick, request
+from aws_moto import CLUSTER, pick, request, run_foreign
 from spotfleet.providers.aws import AwsProvider
 from spotfleet.providers.base import TAG_CLUSTER, CloudState
 
 from spotfleet.errors import InstanceNotFound, NotOwned
 from spotfleet.model.offering import Market
-
-
-def run_foreign(ec2: Any, *, tags: dict[str, str] | None = None) -> str:
-    """An instance spotfleet did not launch (untagged, or another cluster's)."""
-    kwargs: dict[str, Any] = {"ImageId": AMI, "MinCount": 1, "MaxCount": 1, "InstanceType": "g5.xlarge"}
-    if tags:
-        kwargs["TagSpecifications"] = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-    return str(ec2.run_instances(**kwargs)["Instances"][0]["InstanceId"])
 
 
 def state(ec2: Any, instance_id: str) -> str:
