@@ -30,3 +30,14 @@ def main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """A cost-aware autoscaler for GPU spot fleets."""
+
+
+def _register() -> None:
+    from spotfleet.cli import demo, jobs, server
+
+    jobs.register(app)
+    server.register(app)
+    demo.register(app)
+
+
+_register()

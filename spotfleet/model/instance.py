@@ -87,7 +87,8 @@ class Instance:
     provider_id: str | None = None  # the cloud's id once it answers
     launched_at: datetime | None = None
     terminated_at: datetime | None = None
-    last_heartbeat: datetime | None = None
+    idle_since: datetime | None = None  # since when no job has been bound here
+    launch_attempts: int = 0
     address: str | None = None
     cordoned: bool = False  # no new placements
     notice_kind: str | None = None

@@ -8,7 +8,9 @@ side effects; the controller's executor carries them out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -70,6 +72,7 @@ class Snapshot:
     events: list[InstanceEvent] = field(default_factory=list)
     unavailable: dict[str, datetime] = field(default_factory=dict)  # offering key -> until
     budgets: tuple[Budget, ...] = ()
+    new_id: Callable[[str], str] = field(default_factory=lambda: random_ids())
 
     def usable_offerings(self) -> Offerings:
         """Offerings not marked unavailable by a recent capacity error."""
@@ -78,6 +81,17 @@ class Snapshot:
 
     def jobs_on(self, instance_id: str) -> list[Job]:
         return [j for j in self.jobs.values() if not j.terminal and instance_id in j.instance_ids]
+
+
+def random_ids() -> Callable[[str], str]:
+    """Ids for new instances: random (unique across controllers and restarts)."""
+    return lambda prefix: f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def sequential_ids(start: int = 1) -> Callable[[str], str]:
+    """Deterministic ids for tests and the simulator."""
+    counter = itertools.count(start)
+    return lambda prefix: f"{prefix}-{next(counter):06d}"
 
 
 # ---------------------------------------------------------------- commands

@@ -1,0 +1,46 @@
+"""Builds the configured providers by name — an explicit table, no string
+imports: adding a cloud means adding one line here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from spotfleet.clock import Clock
+from spotfleet.errors import InvalidSpec
+from spotfleet.model.spec import format_validation_error
+from spotfleet.providers.base import Provider
+
+
+def _local(options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path) -> Provider:
+    from spotfleet.config import LocalProviderConfig
+    from spotfleet.providers.local import LocalProvider
+
+    cfg = LocalProviderConfig.model_validate(dict(options))
+    return LocalProvider(state_dir=data_dir / "local-instances", cluster=cluster, clock=clock,
+                         heartbeat_seconds=cfg.heartbeat.total_seconds(), max_instances=cfg.max_instances)  # fmt: skip
+
+
+Factory = Callable[..., Provider]
+FACTORIES: dict[str, Factory] = {"local": _local}
+
+
+def build_providers(
+    configs: Mapping[str, Mapping[str, Any]], *, cluster: str, clock: Clock, data_dir: Path
+) -> dict[str, Provider]:
+    providers: dict[str, Provider] = {}
+    for name, options in configs.items():
+        factory = FACTORIES.get(name)
+        if factory is None:
+            raise InvalidSpec(f"providers.{name}", f"unknown provider; use one of {', '.join(sorted(FACTORIES))}")
+        try:
+            providers[name] = factory(options or {}, cluster=cluster, clock=clock, data_dir=data_dir)
+        except ValidationError as exc:
+            err = format_validation_error(exc, prefix=f"providers.{name}")
+            raise InvalidSpec(err.field, err.message) from None
+    if not providers:
+        raise InvalidSpec("providers", "configure at least one provider (e.g. providers: {local: {}})")
+    return providers

@@ -1,0 +1,143 @@
+"""``spotfleet demo``: the whole loop on one machine in about a minute.
+
+A controller on SQLite in a temporary directory with the local provider (real
+agent and job processes), a small mixed workload, a live view, and a summary of
+what it cost against the same instance-hours on on-demand.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+DEMO_JOBS: list[dict[str, Any]] = [
+    {"name": "sweep-lr-1e4", "tenant": "research", "priority": "opportunistic",
+     "resources": {"gpus": 1, "gpu_types": ["V100"]}, "steps": 240},
+    {"name": "sweep-lr-3e4", "tenant": "research", "priority": "opportunistic",
+     "resources": {"gpus": 1, "gpu_types": ["V100"]}, "steps": 200},
+    {"name": "finetune-nightly", "tenant": "product", "priority": "normal",
+     "resources": {"gpus": 1, "gpu_types": ["A10G"]}, "steps": 260, "deadline_minutes": 30},
+    {"name": "eval-release", "tenant": "product", "priority": "critical",
+     "resources": {"gpus": 2, "gpu_types": ["V100"]}, "steps": 160},
+]  # fmt: skip
+STEP_SECONDS = 0.1
+
+
+def _spec(job: dict[str, Any], now: datetime) -> dict[str, Any]:
+    spec = {k: v for k, v in job.items() if k not in ("steps", "deadline_minutes")}
+    spec["command"] = ["python", "-m", "spotfleet.demo_job", "--steps", str(job["steps"]),
+                       "--step-seconds", str(STEP_SECONDS)]  # fmt: skip
+    spec["checkpoint"] = {"interval": "5s"}
+    if "deadline_minutes" in job:
+        spec["deadline"] = (now + timedelta(minutes=job["deadline_minutes"])).isoformat()
+        spec["expected_duration"] = f"{job['steps'] * STEP_SECONDS:.0f}s"
+    return spec
+
+
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="keep the temporary directory"),
+    timeout: float = typer.Option(85.0, "--timeout", help="give up after this many seconds"),
+) -> None:
+    """Run a controller with the local provider on a small mixed workload."""
+    from spotfleet.config import load_config
+    from spotfleet.model.spec import parse_spec
+    from spotfleet.service import Service
+
+    import logging
+
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    console = Console()
+    tmp = Path(tempfile.mkdtemp(prefix="spotfleet-demo-"))
+    config = load_config(overrides={
+        "data_dir": str(tmp), "api.port": 0, "reconcile.interval": "0.5s", "reconcile.idle_ttl": "3s",
+        "reconcile.heartbeat": "0.5s", "providers": {"local": {"heartbeat": "0.5s", "max_instances": 8}},
+    })  # fmt: skip
+    service = Service(config)
+    service.start_background()
+    console.print(f"[bold]spotfleet demo[/] — controller at {service.url}, SQLite in {tmp}, local provider")
+    started = time.monotonic()
+    now = datetime.now(UTC)
+    jobs = [service.controller.submit(parse_spec(_spec(j, now))) for j in DEMO_JOBS]
+    ok = False
+    try:
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            while time.monotonic() - started < timeout:
+                view, done = _view(service, [j.id for j in jobs], time.monotonic() - started)
+                live.update(view)
+                if done:
+                    ok = True
+                    break
+                time.sleep(0.25)
+        _summary(console, service, time.monotonic() - started)
+    finally:
+        service.stop()
+        for provider in service.providers.values():
+            stop_all = getattr(provider, "stop_all", None)
+            if stop_all is not None:
+                stop_all()
+        if not keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not ok:
+        console.print("[red]the demo did not finish in time[/]")
+        raise typer.Exit(1)
+
+
+def _view(service: Any, job_ids: list[str], elapsed: float) -> tuple[Group, bool]:
+    from spotfleet.spend import summarize
+
+    store = service.store
+    jobs = {j.id: j for j in store.list_jobs()}
+    instances = {i.id: i for i in store.list_instances()}
+    table = Table(title=f"jobs — {elapsed:4.0f}s")
+    for col in ("JOB", "CLASS", "STATE", "PROGRESS", "INSTANCE", "MARKET", "ATTEMPT"):
+        table.add_column(col)
+    for jid in job_ids:
+        j = jobs[jid]
+        step, total = j.progress.get("step"), j.progress.get("total_steps")
+        bar = f"{step}/{total}" if step is not None else "-"
+        inst = instances.get(j.instance_ids[0]) if j.instance_ids else None
+        table.add_row(j.spec.name, j.spec.priority.value, j.state.value, bar,
+                      inst.offering.instance_type if inst else "-", inst.market.value if inst else "-", str(j.attempt))  # fmt: skip
+    s = summarize(store, now=service.clock.now())
+    fleet = Table(title="fleet")
+    for col in ("LIVE SPOT", "LIVE ON-DEMAND", "SPEND RATE", "SPENT SO FAR", "ON-DEMAND WOULD BE"):
+        fleet.add_column(col)
+    fleet.add_row(str(s.instances_by_market.get("spot", 0)), str(s.instances_by_market.get("on_demand", 0)),
+                  f"${s.rate_per_hour:.2f}/h", f"${s.total:.4f}", f"${s.on_demand_equivalent:.4f}")  # fmt: skip
+    all_done = all(jobs[j].terminal for j in job_ids)
+    live = [i for i in instances.values() if i.live]
+    return Group(table, fleet), all_done and not live
+
+
+def _summary(console: Console, service: Any, elapsed: float) -> None:
+    from spotfleet.spend import summarize
+
+    s = summarize(service.store, now=service.clock.now())
+    table = Table(title=f"summary after {elapsed:.0f}s")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("jobs", ", ".join(f"{n} {state}" for state, n in sorted(s.jobs_by_state.items())))
+    for market in ("spot", "on_demand"):
+        table.add_row(f"instance-hours {market}", f"{s.instance_hours.get(market, 0.0):.4f}")
+        table.add_row(f"dollars {market}", f"${s.dollars.get(market, 0.0):.4f}")
+    table.add_row("dollars total", f"${s.total:.4f}")
+    table.add_row("same instance-hours on on-demand", f"${s.on_demand_equivalent:.4f}")
+    pct = 100.0 * s.savings / s.on_demand_equivalent if s.on_demand_equivalent else 0.0
+    table.add_row("saved", f"${s.savings:.4f} ({pct:.0f}%)")
+    console.print(table)
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)

@@ -1,0 +1,77 @@
+"""``plan()``: a pure function of a snapshot (and what the providers said).
+
+::
+
+    sync (observed facts → state machines)
+      → policy.decide(snapshot) → commands
+      → apply + validate commands
+      → built-in housekeeping (drained instances are given back)
+
+No I/O, no wall clock (``snapshot.now``), no sleeping: the live controller, the
+simulator and the benchmarks call exactly this. It mutates the snapshot it is
+given (the caller owns it) and returns a ``Plan`` saying what to persist and
+which cloud calls the executor must make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spotfleet.controller.apply import Rejected, apply_commands
+from spotfleet.controller.settings import PlanSettings
+from spotfleet.controller.step import StepState
+from spotfleet.controller.sync import Observation, sync
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import ACTIVE_JOB_STATES
+from spotfleet.model.snapshot import Command, Snapshot
+from spotfleet.policies.base import Policy
+from spotfleet.providers.base import ProviderInstance
+
+I = InstanceState  # noqa: E741
+
+
+@dataclass(slots=True)
+class Plan:
+    step: StepState
+    commands: list[Command] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    orphans: list[ProviderInstance] = field(default_factory=list)
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.step.snapshot
+
+    @property
+    def to_launch(self) -> list[str]:
+        """Instances the executor must (still) buy: every REQUESTED one."""
+        return [i.id for i in self.snapshot.instances.values() if i.state is I.REQUESTED]
+
+    @property
+    def to_terminate(self) -> list[str]:
+        return [i.id for i in self.snapshot.instances.values() if i.state is I.TERMINATING]
+
+
+def plan(
+    snapshot: Snapshot,
+    policy: Policy,
+    *,
+    observation: Observation | None = None,
+    settings: PlanSettings | None = None,
+) -> Plan:
+    step = StepState(snapshot, settings or PlanSettings())
+    result = Plan(step)
+    result.orphans = sync(step, observation or Observation())
+    result.commands = policy.decide(snapshot)
+    result.rejected = apply_commands(step, result.commands)
+    release_drained(step)
+    return result
+
+
+def release_drained(step: StepState) -> None:
+    """A draining instance whose jobs have all left is given back at once:
+    no reason to pay for it until the cloud takes it."""
+    for inst in list(step.snapshot.instances.values()):
+        if inst.state is I.DRAINING and not any(
+            j.state in ACTIVE_JOB_STATES for j in step.snapshot.jobs_on(inst.id)
+        ):
+            step.instance_to(inst, I.TERMINATING, reason="drained: every job checkpointed or left")

@@ -1,0 +1,263 @@
+"""Step 1 of ``plan()``: apply observed facts to the job and instance state machines.
+
+Facts come from four places, each handled by one function, in this order:
+
+1. cancel requests written by the API;
+2. interruption notices (from agents or the clouds' event buses), de-duplicated;
+3. what the providers list (adopt launched instances, notice vanished ones,
+   terminate leaked ones) and agent presence (registered, silent);
+4. node reports: started, exited with which code, last checkpoint, progress.
+
+Exit codes: 0 is success; ``CHECKPOINTED_EXIT_CODE`` means "I saved a checkpoint,
+resume me" (an interruption, not a failure); anything else is a failure, retried
+up to ``max_retries`` — except while draining, where a kill after the grace
+period is expected and the job resumes from its last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from spotfleet.controller.step import StepState
+from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
+from spotfleet.model.offering import Market
+from spotfleet.providers.base import CloudState, ProviderInstance
+from spotfleet.store.store import PendingNotice
+
+CHECKPOINTED_EXIT_CODE = 85  # documented in README "Making your job preemption-safe"
+
+I = InstanceState  # noqa: E741
+J = JobState
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the providers said this step. A provider missing from ``listed`` was
+    not listed (an API error): absence of its instances then proves nothing."""
+
+    listed: Mapping[str, Sequence[ProviderInstance]] = field(default_factory=dict)
+    notices: Sequence[PendingNotice] = ()
+
+
+def sync(step: StepState, observation: Observation) -> list[ProviderInstance]:
+    """Apply every observed fact; returns leaked cloud instances to terminate."""
+    apply_cancels(step)
+    apply_notices(step, observation.notices)
+    orphans = apply_listing(step, observation.listed)
+    apply_presence(step)
+    apply_reports(step)
+    update_idle(step)
+    return orphans
+
+
+# ---------------------------------------------------------------- 1. cancels
+
+
+def apply_cancels(step: StepState) -> None:
+    for job in list(step.snapshot.jobs.values()):
+        if job.cancel_requested and not job.terminal:
+            step.job_to(job, J.CANCELLED, reason="cancelled by user", outcome="cancelled")
+
+
+# ---------------------------------------------------------------- 2. notices
+
+
+def _instance_by_provider_id(step: StepState) -> dict[tuple[str, str], Instance]:
+    return {(i.provider, i.provider_id): i for i in step.snapshot.instances.values() if i.provider_id}
+
+
+def apply_notices(step: StepState, notices: Sequence[PendingNotice]) -> None:
+    by_pid = _instance_by_provider_id(step)
+    for pending in notices:
+        step.changes.notices_processed.append(pending.id)
+        inst = by_pid.get((pending.event.provider, pending.event.provider_instance_id))
+        if inst is None or not inst.live:
+            continue  # foreign instance, or one already gone: nothing to do
+        handle_notice(step, inst, pending.event)
+
+
+def handle_notice(step: StepState, inst: Instance, event: InstanceEvent) -> None:
+    """Drain on a reclaim notice; cordon on a soft one. Idempotent per (instance, kind)."""
+    if event.kind is NoticeKind.TERMINATED:
+        lose_instance(step, inst, reason=f"terminated by the cloud ({event.source or 'event'})")
+        return
+    if event.kind.hard:
+        if inst.state in (I.DRAINING, I.TERMINATING) and inst.notice_kind == event.kind.value:
+            return  # duplicate notice
+        deadline = event.deadline or step.now + step.settings.drain_grace
+        if inst.market is Market.SPOT:
+            step.mark_unavailable(inst.offering.key, step.now + step.settings.interrupted_backoff,
+                                  f"spot interruption of {inst.id}")  # fmt: skip
+        inst.notice_kind, inst.notice_deadline, inst.cordoned = event.kind.value, deadline, True
+        if inst.state in (I.PROVISIONING, I.RUNNING):
+            step.instance_to(inst, I.DRAINING, reason=f"{event.kind.value} notice, reclaim at {deadline:%H:%M:%S}")
+        else:
+            step.touch_instance(inst)
+        drain_jobs(step, inst, deadline=deadline, reason=f"{event.kind.value} on {inst.id}")
+        return
+    # soft signals: rebalance recommendation, maintenance: no new placements here
+    if not inst.cordoned or inst.notice_kind is None:
+        inst.cordoned, inst.notice_kind = True, event.kind.value
+        inst.notice_deadline = event.deadline
+        step.touch_instance(inst)
+        step.event("instance.cordoned", f"{inst.id} cordoned: {event.kind.value}", instance=inst)
+
+
+def drain_jobs(step: StepState, inst: Instance, *, deadline: object, reason: str) -> None:
+    for job in step.snapshot.jobs_on(inst.id):
+        if job.state is J.RUNNING:
+            job.drain_deadline = deadline  # type: ignore[assignment]
+            step.job_to(job, J.DRAINING, reason=f"checkpoint requested: {reason}")
+        elif job.state is J.BOUND:
+            step.requeue(job, reason=f"not started yet; replaced: {reason}", outcome="unbound")
+        elif job.state is J.DRAINING and job.drain_deadline is not None:
+            job.drain_deadline = min(job.drain_deadline, deadline)  # type: ignore[type-var]
+            step.touch_job(job)
+
+
+def lose_instance(step: StepState, inst: Instance, *, reason: str) -> None:
+    """The instance is gone: requeue its jobs from their last checkpoint."""
+    for job in step.snapshot.jobs_on(inst.id):
+        if job.state in ACTIVE_JOB_STATES:
+            if job.state is J.BOUND:
+                step.requeue(job, reason=f"capacity lost before start: {reason}", outcome="unbound")
+            else:
+                step.requeue(job, reason=f"instance lost: {reason}; resuming from last checkpoint",
+                             outcome="lost", interrupted=True)  # fmt: skip
+    if inst.state is I.REQUESTED:
+        step.instance_to(inst, I.FAILED, reason=reason)
+    elif inst.live:
+        step.instance_to(inst, I.TERMINATED, reason=reason)
+
+
+# ---------------------------------------------------------------- 3. listing & presence
+
+
+def apply_listing(step: StepState, listed: Mapping[str, Sequence[ProviderInstance]]) -> list[ProviderInstance]:
+    now, settings = step.now, step.settings
+    orphans: list[ProviderInstance] = []
+    for provider, seen in listed.items():
+        by_request = {p.request_id: p for p in seen if p.request_id}
+        ours = [i for i in step.snapshot.instances.values() if i.provider == provider]
+        known_requests = {i.request_id for i in ours}
+        for inst in ours:
+            cloud = by_request.get(inst.request_id)
+            if inst.state is I.REQUESTED:
+                if cloud is not None and cloud.state is not CloudState.TERMINATED:
+                    adopt(step, inst, cloud)
+                elif now - inst.created_at > settings.request_timeout:
+                    lose_instance(step, inst, reason="launch never confirmed by the cloud")
+                continue
+            if cloud is None or cloud.state is CloudState.TERMINATED:
+                if cloud is None and now - (inst.launched_at or inst.created_at) < settings.vanish_grace:
+                    continue  # eventual consistency: too new to be missing
+                lose_instance(step, inst, reason="no longer listed by the cloud" if cloud is None else "terminated")
+            elif inst.address != cloud.address and cloud.address:
+                inst.address = cloud.address
+                step.touch_instance(inst)
+        for cloud in seen:
+            if cloud.state is CloudState.TERMINATED or cloud.request_id in known_requests:
+                continue
+            if cloud.request_id and any(i.request_id == cloud.request_id for i in step.snapshot.instances.values()):
+                continue
+            orphans.append(cloud)
+    return orphans
+
+
+def adopt(step: StepState, inst: Instance, cloud: ProviderInstance) -> None:
+    """A launch recorded as REQUESTED turned out to have succeeded (e.g. after a crash)."""
+    inst.provider_id = cloud.provider_id
+    inst.launched_at = cloud.launched_at or step.now
+    inst.address = cloud.address
+    step.instance_to(inst, I.PROVISIONING, reason=f"adopted {cloud.provider_id} found by its request-id tag")
+
+
+def apply_presence(step: StepState) -> None:
+    now, settings = step.now, step.settings
+    for inst in list(step.snapshot.instances.values()):
+        seen = step.snapshot.presence.get(inst.id)
+        if inst.state is I.PROVISIONING:
+            if seen is not None:
+                step.instance_to(inst, I.RUNNING, reason="agent registered")
+            elif inst.launched_at and now - inst.launched_at > settings.boot_timeout:
+                drain_jobs(step, inst, deadline=now, reason="agent never registered")
+                for job in step.snapshot.jobs_on(inst.id):
+                    if job.state is J.DRAINING:
+                        step.requeue(job, reason="agent never registered", outcome="lost")
+                step.instance_to(inst, I.TERMINATING, reason=f"agent did not register within {settings.boot_timeout}",
+                                 level="warning")  # fmt: skip
+        elif inst.state in (I.RUNNING, I.DRAINING) and seen is not None and now - seen.last_seen > settings.agent_timeout:
+            for job in step.snapshot.jobs_on(inst.id):
+                if job.state in ACTIVE_JOB_STATES:
+                    step.requeue(job, reason=f"agent on {inst.id} silent since {seen.last_seen:%H:%M:%S}",
+                                 outcome="lost", interrupted=True)  # fmt: skip
+            step.instance_to(inst, I.TERMINATING, reason="agent stopped heartbeating", level="warning")
+
+
+# ---------------------------------------------------------------- 4. reports
+
+
+def apply_reports(step: StepState) -> None:
+    reports = step.snapshot.reports
+    for job in list(step.snapshot.jobs.values()):
+        if job.state not in ACTIVE_JOB_STATES or not job.bindings:
+            continue
+        nodes = [reports.get((job.id, job.attempt, b.node_rank)) for b in job.bindings]
+        seen = [r for r in nodes if r is not None]
+        for r in seen:
+            if r.checkpoint is not None and (job.checkpoint is None or r.checkpoint.at > job.checkpoint.at):
+                job.checkpoint = r.checkpoint
+                step.touch_job(job)
+            if r.progress and dict(r.progress) != job.progress and r.node_rank == 0:
+                job.progress = dict(r.progress)
+                step.touch_job(job)
+        exited = [r for r in seen if r.status == "exited"]
+        if exited:
+            settle_exit(step, job, exit_codes=[r.exit_code for r in exited], all_exited=len(exited) == len(nodes))
+        elif job.state is J.BOUND and len(seen) == len(nodes):
+            step.job_to(job, J.RUNNING, reason="started on every node")
+
+
+def settle_exit(step: StepState, job: Job, *, exit_codes: list[int | None], all_exited: bool) -> None:
+    codes = [c if c is not None else -1 for c in exit_codes]
+    failed = [c for c in codes if c not in (0, CHECKPOINTED_EXIT_CODE)]
+    if job.state is J.BOUND:
+        step.job_to(job, J.RUNNING, reason="started")
+    if not failed and all(c == 0 for c in codes):
+        if all_exited:
+            job.exit_code = 0
+            step.job_to(job, J.SUCCEEDED, reason="exited 0 on every node", outcome="succeeded")
+        return
+    if not failed:  # someone checkpointed and asked to be resumed
+        step.requeue(job, reason="checkpointed; will resume from it", outcome="checkpointed",
+                     interrupted=job.state is J.DRAINING)  # fmt: skip
+        return
+    code = failed[0]
+    job.exit_code = code
+    if job.state is J.DRAINING:
+        step.requeue(job, reason=f"stopped while draining (exit {code}); resuming from last periodic checkpoint",
+                     outcome="interrupted", interrupted=True)  # fmt: skip
+        return
+    job.failures += 1
+    if job.failures > job.spec.max_retries:
+        step.job_to(job, J.FAILED, reason=f"exited {code}; no retries left ({job.spec.max_retries})", outcome="failed")
+    else:
+        step.requeue(job, reason=f"exited {code}; retry {job.failures}/{job.spec.max_retries}", outcome="failed")
+
+
+def update_idle(step: StepState) -> None:
+    """Track since when each instance has had no job (the idle TTL reads it)."""
+    busy = {b.instance_id for j in step.snapshot.jobs.values() if j.state in ACTIVE_JOB_STATES for b in j.bindings}
+    for inst in step.snapshot.instances.values():
+        if not inst.live:
+            continue
+        if inst.id in busy:
+            if inst.idle_since is not None:
+                inst.idle_since = None
+                step.touch_instance(inst)
+        elif inst.idle_since is None and inst.state in (I.PROVISIONING, I.RUNNING, I.DRAINING):
+            inst.idle_since = step.now
+            step.touch_instance(inst)
