@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from spotfleet.providers.aws_clients import AwsClients
@@ -67,7 +68,7 @@ from spotfleet.errors import (
 from spotfleet.model.events import InstanceEvent
 from spotfleet.model.offering import Market, Offering, Offerings
 
-__all__ = ["REQUIRED_IAM_ACTIONS", "AwsProvider", "AwsProviderConfig"]
+__all__ = ["REQUIRED_IAM_ACTIONS", "AwsProvider", "AwsProviderConfig", "build_aws_provider"]
 
 log = logging.getLogger(__name__)
 
@@ -410,3 +411,16 @@ class AwsProvider:
 
     def zones(self, region: str) -> list[Zone]:
         return self.prices.zones(region)
+
+
+def build_aws_provider(
+    options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path | None = None
+) -> AwsProvider:
+    """The provider registry's factory: ``providers: {aws: {...}}`` in the controller config.
+
+    ``options`` are ``AwsProviderConfig`` fields; a pydantic ``ValidationError``
+    propagates for the registry to turn into ``InvalidSpec``. ``data_dir`` is
+    unused: every fact the adapter needs is in the cloud (tags) or re-read.
+    """
+    del data_dir
+    return AwsProvider(AwsProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock)

@@ -62,6 +62,10 @@ class AwsProviderConfig(BaseModel):
         default_factory=lambda: ["p*", "g*"],
         description="DescribeInstanceTypes instance-type filter; NVIDIA GPU types are kept.",
     )
+    architectures: list[str] = Field(
+        default_factory=lambda: ["x86_64"],
+        description="CPU architectures the AMI runs on; GPU types of other architectures (g5g: arm64) are left out.",
+    )
     spot_allocation_strategy: Literal[
         "price-capacity-optimized", "capacity-optimized", "lowest-price", "diversified"
     ] = "price-capacity-optimized"

@@ -113,7 +113,8 @@ def translate(err: BaseException, *, operation: str) -> ProviderError:
     """
     if isinstance(err, ClientError):
         code = error_code(err)
-        text = f"{operation}: {code}: {error_message(err)}"
+        message = " ".join(error_message(err).split())[:500]  # one line, even from an HTML error page
+        text = f"{operation}: {code}: {message}"
         kind = classify(code)
         if kind is ErrorClass.QUOTA:
             return QuotaExceeded(text)
@@ -123,7 +124,8 @@ def translate(err: BaseException, *, operation: str) -> ProviderError:
     if isinstance(err, EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError | ConnectionError):
         return Throttled(THROTTLE_BACKOFF_S, f"{operation}: endpoint unreachable: {err}")
     if isinstance(err, BotoCoreError | ResponseParserError):
-        return PermanentError(f"{operation}: {err}")
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return PermanentError(f"{operation}: {first_line[:300]}")
     return PermanentError(f"{operation}: {type(err).__name__}: {err}")
 
 

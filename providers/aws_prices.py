@@ -107,8 +107,15 @@ def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[list[str]]:
         yield list(items[start:start + size])
 
 
-def gpu_type_from_api(item: dict[str, Any]) -> GpuType | None:
-    """A ``GpuType`` from one DescribeInstanceTypes entry; ``None`` if not a whole NVIDIA GPU."""
+def gpu_type_from_api(item: dict[str, Any], *, architectures: Sequence[str] = ("x86_64",)) -> GpuType | None:
+    """A ``GpuType`` from one DescribeInstanceTypes entry.
+
+    ``None`` unless it has whole NVIDIA GPUs and runs one of ``architectures``
+    (the AMI's: an x86_64 image does not boot on a g5g).
+    """
+    supported = (item.get("ProcessorInfo") or {}).get("SupportedArchitectures") or ["x86_64"]
+    if not set(supported) & set(architectures):
+        return None
     gpus = (item.get("GpuInfo") or {}).get("Gpus") or []
     if not gpus:
         return None
@@ -240,7 +247,7 @@ class AwsOfferingSource:
             )
             for page in pages:
                 for item in page.get("InstanceTypes", []):
-                    gpu_type = gpu_type_from_api(item)
+                    gpu_type = gpu_type_from_api(item, architectures=self._config.architectures)
                     if gpu_type is not None:
                         name = self._catalog_gpu_name.get(gpu_type.instance_type, gpu_type.gpu)
                         types[gpu_type.instance_type] = GpuType(

@@ -33,11 +33,12 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server
+    from spotfleet.cli import demo, jobs, offerings, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    offerings.register(app)
 
 
 _register()

@@ -71,3 +71,12 @@ def test_terminate_own_then_again_is_a_no_op(provider: AwsProvider, ec2: Any) ->
     provider.terminate(ids, request_id="term-4")  # idempotent
     assert {i.state for i in provider.list_instances()} <= {CloudState.STOPPING, CloudState.TERMINATED}
     assert provider.get(ids[0]).tags[TAG_CLUSTER] == CLUSTER
+
+
+def test_satisfies_the_provider_protocol_and_the_registry_factory(moto: str, clock: Any) -> None:
+    from spotfleet.providers.aws import build_aws_provider
+    from spotfleet.providers.base import Provider
+
+    built = build_aws_provider({"regions": ["us-east-1"], "endpoint_url": moto}, cluster=CLUSTER, clock=clock)
+    assert isinstance(built, Provider)
+    assert built.name == "aws" and built.cluster == CLUSTER
