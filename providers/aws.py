@@ -37,6 +37,7 @@ from spotfleet.providers.aws_clients import AwsClients
 from spotfleet.providers.aws_config import AwsProviderConfig
 from spotfleet.providers.aws_errors import (
     AWS_ERRORS,
+    THROTTLE_BACKOFF_S,
     ClientError,
     ErrorClass,
     classify,
@@ -190,6 +191,15 @@ class AwsProvider:
         except ClientError as err:
             if classify(error_code(err)) is ErrorClass.CAPACITY:
                 raise InsufficientCapacity(offerings, f"CreateFleet: {error_code(err)}: {err}") from err
+            if error_code(err) == "IdempotentParameterMismatch":
+                # This request id already made a fleet (with an older agent token):
+                # adopt its instances once DescribeInstances shows them.
+                adopted = self._find_request(request)
+                if adopted:
+                    self._remember(request.request_id, adopted)
+                    return adopted
+                raise Throttled(THROTTLE_BACKOFF_S, f"CreateFleet: request {request.request_id} already "
+                                "launched; waiting for its instances to appear") from err
             raise translate(err, operation="CreateFleet") from err
         except AWS_ERRORS as err:
             raise translate(err, operation="CreateFleet") from err

@@ -210,7 +210,11 @@ class LaunchTemplates:
         template_id, default_version = self._template(region, ec2)
         kwargs: dict[str, Any] = {
             "LaunchTemplateId": template_id,
-            "ClientToken": client_token(request_id, purpose="ltv-"),
+            # The executor re-mints the agent token when it re-issues a request, so the
+            # user data can differ between retries: same data → same version.
+            "ClientToken": client_token(
+                f"{request_id}-{hashlib.sha256(user_data.encode()).hexdigest()[:16]}", purpose="ltv-"
+            ),
             "VersionDescription": f"spotfleet request {request_id}"[:255],
         }
         if self.managed:

@@ -212,3 +212,29 @@ def test_existing_launch_template_gets_a_derived_version(
     missing = AwsProvider(make_config(moto, launch_template_name="nope-missing"), cluster=CLUSTER, clock=clock, session=session)
     with pytest.raises(PermanentError, match="nope-missing"):
         missing.launch(request("req-missing", pick(missing, "g5.xlarge")[:1]))
+
+
+def test_idempotent_parameter_mismatch_adopts_the_first_fleet(
+    provider: AwsProvider, fleet: FleetShim, config: AwsProviderConfig, session: boto3.Session, clock: FakeClock
+) -> None:
+    """A re-issued request (new agent token, so new user data) that AWS rejects as a replay."""
+    req = request("req-replay", pick(provider, "g5.xlarge")[:1])
+    [first] = provider.launch(req)
+    restarted = AwsProvider(config, cluster=CLUSTER, clock=clock, session=session)
+    lagging = {"empty_answers": 2}  # DescribeInstances has not caught up yet
+
+    def eventually_consistent(request: Any, **_: Any) -> Any:
+        if lagging["empty_answers"] > 0:
+            lagging["empty_answers"] -= 1
+            body = b'<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>x</requestId><reservationSet/></DescribeInstancesResponse>'
+            return http_response(200, body)
+        return None
+
+    restarted.clients.ec2(REGION).meta.events.register_first("before-send.ec2.DescribeInstances", eventually_consistent)
+    fleet.next_error = (400, "IdempotentParameterMismatch", "token reused with different parameters")
+    with pytest.raises(Throttled):  # not visible yet: retry next step, buy nothing
+        restarted.launch(req)
+    lagging["empty_answers"] = 1
+    fleet.next_error = (400, "IdempotentParameterMismatch", "token reused with different parameters")
+    assert [i.provider_id for i in restarted.launch(req)] == [first.provider_id]
+    assert len(tagged_instances(restarted.clients.ec2(REGION), "req-replay")) == 1
