@@ -35,16 +35,16 @@ import boto3
 import pytest
 import yaml
 from aws_moto import CLUSTER, REGION, CatalogPrices, FleetShim, make_config
+from spotfleet.providers import registry
+from spotfleet.providers.aws import AwsProvider
+from spotfleet.providers.aws_events import SPOT_WARNING
+from spotfleet.providers.base import TAG_CLUSTER
 from test_aws_events import RULE_PATTERN
 
 from spotfleet.clock import SystemClock
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
-from spotfleet.providers import registry
-from spotfleet.providers.aws import AwsProvider
-from spotfleet.providers.aws_events import SPOT_WARNING
-from spotfleet.providers.base import TAG_CLUSTER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

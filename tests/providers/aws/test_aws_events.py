@@ -161,3 +161,34 @@ def test_parse_sns_wrapped_and_ignored_events() -> None:
 
 def test_no_queue_configured_means_no_events(provider: AwsProvider) -> None:
     assert provider.poll_events() == []
+
+
+def test_exact_api_calls_for_one_launch_and_one_interruption(
+    moto: str, queue: str, session: boto3.Session, clock: FakeClock, subnets: dict[str, str], catalog_prices: Any, fleet: Any
+) -> None:
+    """The calls docs/aws.md lists; a change here is a change to the IAM story and the docs."""
+    calls: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        calls.append(f"{model.service_model.service_name}:{model.name}")
+
+    session.events.register("before-call", record)
+    zone = sorted(subnets)[0]
+    config = make_config(moto, subnets={zone: [subnets[zone]]}, sqs_queue_url=queue)
+    provider = AwsProvider(config, cluster=CLUSTER, clock=clock, session=session)
+    offerings = pick(provider, "g5.xlarge")[:1]
+    calls.clear()
+    [own] = provider.launch(request("req-calls", offerings))
+    assert calls == [
+        "ec2:DescribeInstances",  # adopt what this request id already launched
+        "ec2:DescribeLaunchTemplates",
+        "ec2:CreateLaunchTemplate",  # first launch in the region only
+        "ec2:CreateLaunchTemplateVersion",
+        "ec2:CreateFleet",
+    ]
+    calls.clear()
+    put(session, moto, SPOT_WARNING, {"instance-id": own.provider_id, "instance-action": "terminate"})
+    calls.clear()
+    [event] = provider.poll_events()
+    assert event.kind is NoticeKind.SPOT_INTERRUPTION
+    assert calls == ["sqs:ReceiveMessage", "sqs:DeleteMessageBatch", "sqs:ReceiveMessage"]
