@@ -11,7 +11,7 @@ ownership checks, ``InstanceNotFound``) so tests of the controller are honest.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -65,7 +65,7 @@ class FakeProvider:
     launch_errors: list[ProviderError] = field(default_factory=list)
     list_error: ProviderError | None = None
     _events: list[InstanceEvent] = field(default_factory=list)
-    _ids: Iterable[int] = field(default_factory=lambda: itertools.count(1))
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def offerings(self) -> Offerings:
         self.calls.append(("offerings", None))
@@ -84,7 +84,7 @@ class FakeProvider:
         made = []
         for _ in range(request.count):
             o = request.offering
-            pid = f"fake-{next(iter(self._ids)):04d}"  # type: ignore[call-overload]
+            pid = f"fake-{next(self._ids):04d}"
             inst = ProviderInstance(
                 provider=self.name, provider_id=pid, instance_type=o.instance_type, region=o.region, zone=o.zone,
                 market=o.market, state=CloudState.RUNNING, tags=dict(request.tags), launched_at=self.clock.now(),
@@ -130,7 +130,9 @@ class FakeProvider:
     def reclaim(self, provider_id: str) -> None:
         """The cloud takes the instance back."""
         self.instances[provider_id] = replace(self.instances[provider_id], state=CloudState.TERMINATED)
-        self._events.append(InstanceEvent(self.name, provider_id, NoticeKind.TERMINATED, self.clock.now(), source="fake"))
+        self._events.append(
+            InstanceEvent(self.name, provider_id, NoticeKind.TERMINATED, self.clock.now(), source="fake")
+        )
 
     def add_foreign(self, provider_id: str, *, tags: dict[str, str] | None = None) -> ProviderInstance:
         """An instance this cluster does not own (for ownership tests)."""
@@ -139,6 +141,9 @@ class FakeProvider:
                                 CloudState.RUNNING, tags or {}, self.clock.now())  # fmt: skip
         self.instances[provider_id] = inst
         return inst
+
+    def calls_named(self, name: str) -> list[Any]:
+        return [arg for call, arg in self.calls if call == name]
 
     def running(self) -> list[ProviderInstance]:
         return [i for i in self.instances.values() if i.state is not CloudState.TERMINATED]

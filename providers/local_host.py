@@ -9,6 +9,7 @@ when the instance is terminated or reclaimed, kills every process of its session
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,10 +38,8 @@ def session_processes(sid: int) -> list[psutil.Process]:
 
 def kill_session(sid: int) -> None:
     for proc in session_processes(sid):
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
 
 
 def _now() -> str:

@@ -60,16 +60,20 @@ class LocalProviderConfig(Section):
     heartbeat: Duration = timedelta(seconds=1)
 
 
+def _default_providers() -> dict[str, dict[str, Any]]:
+    return {"local": {}}
+
+
 class Config(Section):
     cluster: str = Field("default", pattern=r"^[a-z0-9][a-z0-9-]{0,40}$")
     data_dir: Path = Path("~/.spotfleet")
     database: str | None = Field(None, description="SQLAlchemy URL; default sqlite in data_dir")
-    api: ApiConfig = Field(default_factory=ApiConfig)  # type: ignore[arg-type]
-    reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)  # type: ignore[arg-type]
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
     policy: Literal["simple", "spotfleet"] = "simple"
-    budgets: BudgetConfig = Field(default_factory=BudgetConfig)  # type: ignore[arg-type]
+    budgets: BudgetConfig = Field(default_factory=BudgetConfig)
     checkpoint_root: str | None = Field(None, description="shared path for checkpoints; default data_dir/checkpoints")
-    providers: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"local": {}})
+    providers: dict[str, dict[str, Any]] = Field(default_factory=_default_providers)
 
     @property
     def data_path(self) -> Path:

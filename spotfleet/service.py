@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import uvicorn
@@ -67,6 +67,8 @@ class Service:
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=config.api.host, port=config.api.port,
                                                     log_level="warning", lifespan="off"))  # fmt: skip
         self.scheduler = BackgroundScheduler(timezone=UTC)
+        # wakes that land while a step runs are coalesced on purpose (see _reconcile)
+        logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
         self._dirty = threading.Event()
         self._thread: threading.Thread | None = None
 

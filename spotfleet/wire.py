@@ -82,6 +82,7 @@ class Assignment(Wire):
     checkpoint_interval_seconds: float | None = None
     grace_seconds: float = 10.0
     drain: DrainOrder | None = None
+    checkpoint_now: bool = False  # soft warning (rebalance): checkpoint early, keep running
     peers: list[str] = Field(default_factory=list)  # instance ids of every node, by rank
 
 

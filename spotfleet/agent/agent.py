@@ -82,8 +82,8 @@ class Agent:
                 self.pending_notices = notices + self.pending_notices  # keep them for the next try
             raise
         self.heartbeat_seconds = answer.heartbeat_seconds
+        self.ship_logs()  # before reconcile forgets jobs that exited
         self.runner.reconcile(answer.assignments)
-        self.ship_logs()
         return answer
 
     def ship_logs(self) -> None:
@@ -101,7 +101,8 @@ class Agent:
                 chunk = LogChunk(job_id=a.job_id, attempt=a.attempt, node_rank=a.node_rank,
                                  offset=proc.extra.get("remote_offset", 0), data=text)  # fmt: skip
                 resp = self._post("/v1/agent/logs", chunk.model_dump(mode="json"))
-                proc.extra["remote_offset"] = int(resp.get("size", 0))
+                remote_size = resp.get("size", 0)
+                proc.extra["remote_offset"] = remote_size if isinstance(remote_size, int) else 0
                 proc.shipped += len(raw)
 
     def notice(self, *, kind: str, deadline: datetime | None, source: str) -> None:

@@ -11,6 +11,7 @@ clock; ``tick()`` is called by the agent loop, nothing here sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -61,10 +62,8 @@ class JobProcess:
         return self.popen.pid
 
     def signal_group(self, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def poll(self) -> int | None:
         if self.exit_code is None:
@@ -96,13 +95,16 @@ class JobRunner:
                 elif proc.stop_requested_at is None:
                     self.stop(proc, reason="no longer assigned")
         for key, a in desired.items():
-            proc = self.procs.get(key)
-            if proc is None:
+            current = self.procs.get(key)
+            if current is None:
                 self.procs[key] = self.start(a)
-            else:
-                proc.assignment = a
-                if a.drain is not None and proc.drain_sent_at is None and proc.poll() is None:
-                    self.deliver_drain(proc, kind="drain", deadline=a.drain.deadline)
+                continue
+            current.assignment = a
+            if a.drain is not None and current.drain_sent_at is None and current.poll() is None:
+                self.deliver_drain(current, kind="drain", deadline=a.drain.deadline)
+            elif a.checkpoint_now and not current.extra.get("early_checkpoint") and current.poll() is None:
+                current.extra["early_checkpoint"] = True  # once: a soft warning asks for one checkpoint
+                current.signal_group(_signal_number(a.checkpoint_signal))
 
     def start(self, a: Assignment) -> JobProcess:
         now = self.clock.now()
@@ -165,7 +167,11 @@ class JobRunner:
     def deliver_drain(self, proc: JobProcess, *, kind: str, deadline: datetime) -> None:
         """Write the notice file, then signal the job's process group."""
         now = self.clock.now()
-        payload = {"kind": kind, "deadline": deadline.isoformat(), "seconds_left": max(0.0, (deadline - now).total_seconds())}
+        payload = {
+            "kind": kind,
+            "deadline": deadline.isoformat(),
+            "seconds_left": max(0.0, (deadline - now).total_seconds()),
+        }
         tmp = proc.notice_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(payload))
         os.replace(tmp, proc.notice_file)

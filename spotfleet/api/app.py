@@ -11,7 +11,6 @@ A client's mistake is a 4xx naming the field (422 for an invalid spec, 404 for
 an unknown id, 401 for a bad token), never a 500.
 """
 
-
 import hmac
 from typing import Annotated, Any
 
@@ -23,9 +22,9 @@ import spotfleet
 from spotfleet.api.views import instance_view, job_view
 from spotfleet.controller.controller import Controller, Unauthorized
 from spotfleet.errors import InvalidSpec, NotFound
-from spotfleet.spend import summarize
 from spotfleet.model.job import JobState
 from spotfleet.model.spec import parse_spec
+from spotfleet.spend import summarize
 from spotfleet.wire import Heartbeat, HeartbeatResponse, LogChunk, RegisterRequest
 
 

@@ -22,7 +22,10 @@ class ApiClient:
         try:
             resp = self.http.request(method, path, **kwargs)
         except httpx.ConnectError:
-            fail(f"cannot reach the controller at {self.url}: is `spotfleet up` running? (set --api or SPOTFLEET_API)", code=1)
+            fail(
+                f"cannot reach the controller at {self.url}: is `spotfleet up` running? (set --api or SPOTFLEET_API)",
+                code=1,
+            )
         except httpx.HTTPError as exc:
             fail(f"request to {self.url} failed: {exc}", code=1)
         if resp.status_code >= 400:

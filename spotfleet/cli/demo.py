@@ -48,11 +48,11 @@ def demo(
     timeout: float = typer.Option(85.0, "--timeout", help="give up after this many seconds"),
 ) -> None:
     """Run a controller with the local provider on a small mixed workload."""
+    import logging
+
     from spotfleet.config import load_config
     from spotfleet.model.spec import parse_spec
     from spotfleet.service import Service
-
-    import logging
 
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     console = Console()

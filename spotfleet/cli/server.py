@@ -32,7 +32,9 @@ def up(
     typer.echo(f"spotfleet controller: cluster {cfg.cluster}, store {service.store.url}, "
                f"providers {', '.join(sorted(service.providers))}")  # fmt: skip
     try:
-        service.run_forever(on_ready=lambda: typer.echo(f"API on {service.url} — Ctrl-C stops it; state survives restarts"))
+        service.run_forever(
+            on_ready=lambda: typer.echo(f"API on {service.url} — Ctrl-C stops it; state survives restarts")
+        )
     finally:
         typer.echo("stopped cleanly")
 

@@ -30,7 +30,9 @@ class Rejected:
     reason: str
 
 
-def spend_rate(instances: Sequence[Instance], *, tenant_of: dict[str, str] | None = None, tenant: str | None = None) -> float:
+def spend_rate(
+    instances: Sequence[Instance], *, tenant_of: dict[str, str] | None = None, tenant: str | None = None
+) -> float:
     """USD/hour of live instances (optionally those serving ``tenant``)."""
     total = 0.0
     for inst in instances:
@@ -64,6 +66,7 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
         inst = Instance(
             id=command.instance_id, offering=command.offering, request_id=command.instance_id,
             state=I.REQUESTED, created_at=step.now, state_since=step.now, message=command.reason,
+            reserved_for=command.reserved_for,
         )  # fmt: skip
         step.add_instance(inst)
         step.event("instance.requested", f"buying {command.offering.instance_type} {command.offering.market.value} "
@@ -75,42 +78,44 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
         if job is None or job.state is not JobState.PENDING:
             return f"job {command.job_id} is not pending"
         if len(command.bindings) != job.spec.resources.nodes:
-            return f"job {job.id} needs {job.spec.resources.nodes} nodes, got {len(command.bindings)} (gang: all or none)"
+            return (
+                f"job {job.id} needs {job.spec.resources.nodes} nodes, got {len(command.bindings)} (gang: all or none)"
+            )
         for b in command.bindings:
-            inst = snap.instances.get(b.instance_id)
-            if inst is None or not inst.schedulable:
+            target = snap.instances.get(b.instance_id)
+            if target is None or not target.schedulable:
                 return f"instance {b.instance_id} is not schedulable"
             if not b.mig_slices and len(b.gpu_indices) != job.spec.resources.gpus:
                 return f"job {job.id} needs {job.spec.resources.gpus} GPUs per node, binding has {len(b.gpu_indices)}"
-            problem = usage.conflict(inst, b)
+            problem = usage.conflict(target, b)
             if problem:
                 return problem
         usage.add(job.id, command.bindings)
         step.bind(job, command.bindings, reason=command.reason)
         return None
     if isinstance(command, Terminate):
-        inst = snap.instances.get(command.instance_id)
-        if inst is None or not inst.live or inst.state is I.TERMINATING:
+        victim = snap.instances.get(command.instance_id)
+        if victim is None or not victim.live or victim.state is I.TERMINATING:
             return f"instance {command.instance_id} is not live"
-        active = [j for j in snap.jobs_on(inst.id) if j.state in ACTIVE_JOB_STATES]
+        active = [j for j in snap.jobs_on(victim.id) if j.state in ACTIVE_JOB_STATES]
         if active:
-            return f"instance {inst.id} still runs {', '.join(j.id for j in active)}; drain it first"
-        if inst.state is I.REQUESTED:
-            step.instance_to(inst, I.FAILED, reason=f"cancelled before launch: {command.reason}")
+            return f"instance {victim.id} still runs {', '.join(j.id for j in active)}; drain it first"
+        if victim.state is I.REQUESTED:
+            step.instance_to(victim, I.FAILED, reason=f"cancelled before launch: {command.reason}")
         else:
-            step.instance_to(inst, I.TERMINATING, reason=command.reason)
+            step.instance_to(victim, I.TERMINATING, reason=command.reason)
         return None
     if isinstance(command, Drain):
-        inst = snap.instances.get(command.instance_id)
-        if inst is None or inst.state not in (I.PROVISIONING, I.RUNNING):
+        drained = snap.instances.get(command.instance_id)
+        if drained is None or drained.state not in (I.PROVISIONING, I.RUNNING):
             return f"instance {command.instance_id} cannot be drained in its state"
-        pinned = [j for j in snap.jobs_on(inst.id) if j.state in ACTIVE_JOB_STATES and not j.spec.is_interruptible]
+        pinned = [j for j in snap.jobs_on(drained.id) if j.state in ACTIVE_JOB_STATES and not j.spec.is_interruptible]
         if pinned and command.kind is None:
-            return f"instance {inst.id} runs non-interruptible {', '.join(j.id for j in pinned)}"
+            return f"instance {drained.id} runs non-interruptible {', '.join(j.id for j in pinned)}"
         deadline = command.deadline or step.now + step.settings.drain_grace
-        inst.cordoned = True
-        step.instance_to(inst, I.DRAINING, reason=command.reason)
-        drain_jobs(step, inst, deadline=deadline, reason=command.reason)
+        drained.cordoned = True
+        step.instance_to(drained, I.DRAINING, reason=command.reason)
+        drain_jobs(step, drained, deadline=deadline, reason=command.reason)
         return None
     if isinstance(command, Preempt):
         job = snap.jobs.get(command.job_id)
@@ -121,7 +126,7 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
         job.drain_deadline = step.now + step.settings.drain_grace
         step.job_to(job, JobState.DRAINING, reason=f"preempted: {command.reason}")
         return None
-    return f"unknown command {command!r}"
+    raise TypeError(f"unknown command {command!r}")
 
 
 def _over_budget(step: StepState, launch: Launch) -> str | None:

@@ -27,7 +27,7 @@ from spotfleet.errors import ProviderError
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Checkpoint, Job, JobState
-from spotfleet.model.offering import Offerings
+from spotfleet.model.offering import Offering, Offerings
 from spotfleet.model.snapshot import Budget, NodeReport, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
@@ -112,7 +112,7 @@ class Controller:
         now = self.clock.now()
         stale = self._offerings_at is None or now - self._offerings_at > self.offerings_ttl
         if refresh or stale:
-            items = []
+            items: list[Offering] = []
             for name, provider in self.providers.items():
                 try:
                     items.extend(provider.offerings())
@@ -211,9 +211,7 @@ class Controller:
         inst = self._instance_for(token)
         path = self.log_path(chunk.job_id, chunk.attempt, chunk.node_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        assigned = {(j, a) for j, a, _ in self.store.open_attempts_on(inst.id)}
-        known = (chunk.job_id, chunk.attempt) in assigned or path.exists()
-        if not known:
+        if not self.store.attempt_ran_on(chunk.job_id, chunk.attempt, inst.id):
             raise Unauthorized(f"{chunk.job_id} attempt {chunk.attempt} is not assigned to this instance")
         size = path.stat().st_size if path.exists() else 0
         if chunk.offset != size:
@@ -247,7 +245,7 @@ class Controller:
             job = jobs.get(job_id)
             if job is None or job.attempt != attempt or job.terminal:
                 continue
-            assignments.append(self._assignment(job, rank))
+            assignments.append(self._assignment(job, rank, inst))
         return HeartbeatResponse(
             instance_id=inst.id,
             heartbeat_seconds=self.heartbeat_seconds,
@@ -255,7 +253,7 @@ class Controller:
             terminate=inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED),
         )
 
-    def _assignment(self, job: Job, rank: int) -> Assignment:
+    def _assignment(self, job: Job, rank: int, instance: Instance) -> Assignment:
         spec = job.spec
         binding = next(b for b in job.bindings if b.node_rank == rank)
         drain = None
@@ -270,9 +268,9 @@ class Controller:
             checkpoint_signal=spec.checkpoint.signal,
             checkpoint_interval_seconds=spec.checkpoint.interval.total_seconds() if spec.checkpoint.interval else None,
             grace_seconds=spec.checkpoint.grace.total_seconds(), drain=drain,
+            checkpoint_now=instance.notice_kind == NoticeKind.REBALANCE.value and spec.is_interruptible,
             peers=[b.instance_id for b in sorted(job.bindings, key=lambda b: b.node_rank)],
         )  # fmt: skip
 
     def get_job(self, job_id: str) -> Job:
         return self.store.get_job(job_id)
-

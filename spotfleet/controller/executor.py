@@ -28,8 +28,8 @@ from spotfleet.controller.plan import Plan
 from spotfleet.controller.step import StepState
 from spotfleet.controller.sync import lose_instance
 from spotfleet.errors import (
-    InsufficientCapacity,
     InstanceNotFound,
+    InsufficientCapacity,
     NotOwned,
     PermanentError,
     ProviderError,
@@ -71,7 +71,7 @@ class Executor:
         providers: Mapping[str, Provider],
         cluster: str,
         controller_url: Callable[[], str],
-        token_factory: Callable[[], str] = lambda: secrets.token_urlsafe(32),
+        token_factory: Callable[[str], str] = lambda _instance_id: secrets.token_urlsafe(32),
     ) -> None:
         self.store = store
         self.providers = providers
@@ -83,7 +83,7 @@ class Executor:
         step = plan.step
         tokens: dict[str, str] = {}
         for inst in step.new_instances.values():
-            tokens[inst.id] = self.token_factory()
+            tokens[inst.id] = self.token_factory(inst.id)
         changes = step.finalize()
         changes.new_instances = [(inst, tokens[inst.id]) for inst in step.new_instances.values()]
         self.store.commit(changes, now=step.now)  # 1. intent first
@@ -103,7 +103,7 @@ class Executor:
                 self._log(step, "instance.orphan_terminated",
                           f"terminated leaked {orphan.provider}:{orphan.provider_id} (tagged for this cluster, unknown to the store)",
                           level="warning")  # fmt: skip
-            except (ProviderError,) as exc:
+            except ProviderError as exc:
                 self._log(step, "instance.orphan_error", f"could not terminate leaked {orphan.provider_id}: {exc}",
                           level="error")  # fmt: skip
         return result
@@ -120,18 +120,24 @@ class Executor:
         if token is None:
             # a REQUESTED instance from an earlier step: re-issue the same request
             # (idempotent); the agent token must be re-minted since only its hash is stored
-            token = self.token_factory()
+            token = self.token_factory(inst.id)
             self.store.rotate_agent_token(inst.id, token)
         jobs = ",".join(j.id for j in step.snapshot.jobs_on(inst.id))
         request = LaunchRequest(
             request_id=inst.request_id,
             offering=inst.offering,
             bootstrap=AgentBootstrap(
-                controller_url=self.controller_url(), agent_token=token,
-                spotfleet_version=spotfleet.__version__, cluster=self.cluster,
-            ),  # fmt: skip
-            tags={TAG_CLUSTER: self.cluster, TAG_REQUEST_ID: inst.request_id, TAG_INSTANCE_ID: inst.id,
-                  TAG_JOB_IDS: jobs[:250]},  # fmt: skip
+                controller_url=self.controller_url(),
+                agent_token=token,
+                spotfleet_version=spotfleet.__version__,
+                cluster=self.cluster,
+            ),
+            tags={
+                TAG_CLUSTER: self.cluster,
+                TAG_REQUEST_ID: inst.request_id,
+                TAG_INSTANCE_ID: inst.id,
+                TAG_JOB_IDS: jobs[:250],
+            },
         )
         inst.launch_attempts += 1
         after.touch_instance(inst)
@@ -161,7 +167,9 @@ class Executor:
         else:
             if not made:
                 result.capacity_errors += 1
-                after.mark_unavailable(inst.offering.key, step.now + step.settings.capacity_backoff, "no instance returned")
+                after.mark_unavailable(
+                    inst.offering.key, step.now + step.settings.capacity_backoff, "no instance returned"
+                )
                 self._fail_launch(after, inst, "the provider returned no instance")
             else:
                 cloud = made[0]
@@ -203,4 +211,3 @@ class Executor:
         after = StepState(step.snapshot, step.settings)
         after.event(kind, message, level=level)
         self.store.commit(after.finalize(), now=step.now)
-

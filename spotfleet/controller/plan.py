@@ -71,7 +71,5 @@ def release_drained(step: StepState) -> None:
     """A draining instance whose jobs have all left is given back at once:
     no reason to pay for it until the cloud takes it."""
     for inst in list(step.snapshot.instances.values()):
-        if inst.state is I.DRAINING and not any(
-            j.state in ACTIVE_JOB_STATES for j in step.snapshot.jobs_on(inst.id)
-        ):
+        if inst.state is I.DRAINING and not any(j.state in ACTIVE_JOB_STATES for j in step.snapshot.jobs_on(inst.id)):
             step.instance_to(inst, I.TERMINATING, reason="drained: every job checkpointed or left")

@@ -76,7 +76,9 @@ class StepState:
                 inst.idle_since = None
                 self.touch_instance(inst)
         where = ", ".join(sorted({b.instance_id for b in bindings}))
-        self.event("job.bound", f"{job.id} ({job.spec.name}) bound to {where} (attempt {job.attempt}): {reason}", job=job)
+        self.event(
+            "job.bound", f"{job.id} ({job.spec.name}) bound to {where} (attempt {job.attempt}): {reason}", job=job
+        )
 
     def requeue(self, job: Job, *, reason: str, outcome: str, interrupted: bool = False) -> None:
         """Back to PENDING to resume from its last checkpoint."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from spotfleet.controller.step import StepState
 from spotfleet.model.events import InstanceEvent, NoticeKind
@@ -106,15 +107,15 @@ def handle_notice(step: StepState, inst: Instance, event: InstanceEvent) -> None
         step.event("instance.cordoned", f"{inst.id} cordoned: {event.kind.value}", instance=inst)
 
 
-def drain_jobs(step: StepState, inst: Instance, *, deadline: object, reason: str) -> None:
+def drain_jobs(step: StepState, inst: Instance, *, deadline: datetime, reason: str) -> None:
     for job in step.snapshot.jobs_on(inst.id):
         if job.state is J.RUNNING:
-            job.drain_deadline = deadline  # type: ignore[assignment]
+            job.drain_deadline = deadline
             step.job_to(job, J.DRAINING, reason=f"checkpoint requested: {reason}")
         elif job.state is J.BOUND:
             step.requeue(job, reason=f"not started yet; replaced: {reason}", outcome="unbound")
         elif job.state is J.DRAINING and job.drain_deadline is not None:
-            job.drain_deadline = min(job.drain_deadline, deadline)  # type: ignore[type-var]
+            job.drain_deadline = min(job.drain_deadline, deadline)
             step.touch_job(job)
 
 
@@ -189,7 +190,9 @@ def apply_presence(step: StepState) -> None:
                         step.requeue(job, reason="agent never registered", outcome="lost")
                 step.instance_to(inst, I.TERMINATING, reason=f"agent did not register within {settings.boot_timeout}",
                                  level="warning")  # fmt: skip
-        elif inst.state in (I.RUNNING, I.DRAINING) and seen is not None and now - seen.last_seen > settings.agent_timeout:
+        elif (
+            inst.state in (I.RUNNING, I.DRAINING) and seen is not None and now - seen.last_seen > settings.agent_timeout
+        ):
             for job in step.snapshot.jobs_on(inst.id):
                 if job.state in ACTIVE_JOB_STATES:
                     step.requeue(job, reason=f"agent on {inst.id} silent since {seen.last_seen:%H:%M:%S}",

@@ -40,38 +40,46 @@ class InstanceState(enum.StrEnum):
 
 I = InstanceState  # noqa: E741
 INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
-    I.REQUESTED: frozenset({
-        I.PROVISIONING,  # the provider accepted the launch and returned an id
-        I.FAILED,  # the launch failed (capacity, quota, permanent error)
-        I.TERMINATED,  # abandoned request found terminated on restart
-    }),
-    I.PROVISIONING: frozenset({
-        I.RUNNING,  # the node agent registered
-        I.DRAINING,  # a notice before the agent came up
-        I.TERMINATING,  # never came up in time / no longer needed
-        I.TERMINATED,  # the provider reports it gone (reclaimed, failed boot)
-    }),
-    I.RUNNING: frozenset({
-        I.DRAINING,  # interruption notice, rebalance, or consolidation
-        I.TERMINATING,  # idle past the TTL, or an operator asked
-        I.TERMINATED,  # vanished without a notice (reclaim we missed, crash)
-    }),
-    I.DRAINING: frozenset({
-        I.TERMINATING,  # every job checkpointed/left; give it back
-        I.TERMINATED,  # reclaimed by the cloud at the notice deadline
-    }),
-    I.TERMINATING: frozenset({
-        I.TERMINATED,  # the provider confirmed it gone
-    }),
+    I.REQUESTED: frozenset(
+        {
+            I.PROVISIONING,  # the provider accepted the launch and returned an id
+            I.FAILED,  # the launch failed (capacity, quota, permanent error)
+            I.TERMINATED,  # abandoned request found terminated on restart
+        }
+    ),
+    I.PROVISIONING: frozenset(
+        {
+            I.RUNNING,  # the node agent registered
+            I.DRAINING,  # a notice before the agent came up
+            I.TERMINATING,  # never came up in time / no longer needed
+            I.TERMINATED,  # the provider reports it gone (reclaimed, failed boot)
+        }
+    ),
+    I.RUNNING: frozenset(
+        {
+            I.DRAINING,  # interruption notice, rebalance, or consolidation
+            I.TERMINATING,  # idle past the TTL, or an operator asked
+            I.TERMINATED,  # vanished without a notice (reclaim we missed, crash)
+        }
+    ),
+    I.DRAINING: frozenset(
+        {
+            I.TERMINATING,  # every job checkpointed/left; give it back
+            I.TERMINATED,  # reclaimed by the cloud at the notice deadline
+        }
+    ),
+    I.TERMINATING: frozenset(
+        {
+            I.TERMINATED,  # the provider confirmed it gone
+        }
+    ),
     I.TERMINATED: frozenset(),
     I.FAILED: frozenset(),
 }
 TERMINAL_INSTANCE_STATES = frozenset({I.TERMINATED, I.FAILED})
 LIVE_INSTANCE_STATES = frozenset({I.REQUESTED, I.PROVISIONING, I.RUNNING, I.DRAINING, I.TERMINATING})
 
-INSTANCE_MACHINE: StateMachine[InstanceState] = StateMachine(
-    "instance", INSTANCE_TRANSITIONS, TERMINAL_INSTANCE_STATES
-)
+INSTANCE_MACHINE: StateMachine[InstanceState] = StateMachine("instance", INSTANCE_TRANSITIONS, TERMINAL_INSTANCE_STATES)
 
 
 @dataclass(slots=True)
@@ -91,6 +99,7 @@ class Instance:
     launch_attempts: int = 0
     address: str | None = None
     cordoned: bool = False  # no new placements
+    reserved_for: str | None = None  # replacement bought for this job ahead of a reclaim
     notice_kind: str | None = None
     notice_deadline: datetime | None = None
     message: str = ""

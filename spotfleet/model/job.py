@@ -35,30 +35,38 @@ class JobState(enum.StrEnum):
 
 J = JobState
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    J.PENDING: frozenset({
-        J.BOUND,  # placed on capacity (existing, or being bought for it)
-        J.CANCELLED,  # user cancelled before it ran
-        J.FAILED,  # cannot ever be placed (e.g. spec no offering satisfies) — reported, not silent
-    }),
-    J.BOUND: frozenset({
-        J.RUNNING,  # every node's agent reported the process started
-        J.PENDING,  # the capacity it waited for failed to launch or was reclaimed before start
-        J.DRAINING,  # a notice arrived before it started; nothing to checkpoint but wait for release
-        J.CANCELLED,  # user cancelled
-    }),
-    J.RUNNING: frozenset({
-        J.SUCCEEDED,  # exited 0 on every node
-        J.FAILED,  # exited non-zero with no retries left
-        J.PENDING,  # retry after a failure, or its instance vanished without notice
-        J.DRAINING,  # interruption notice / preemption: asked to checkpoint and exit
-        J.CANCELLED,  # user cancelled; the agent kills it
-    }),
-    J.DRAINING: frozenset({
-        J.PENDING,  # checkpointed (or killed after the grace) and requeued to resume
-        J.SUCCEEDED,  # finished while draining
-        J.FAILED,  # crashed while draining with no retries left
-        J.CANCELLED,  # user cancelled
-    }),
+    J.PENDING: frozenset(
+        {
+            J.BOUND,  # placed on capacity (existing, or being bought for it)
+            J.CANCELLED,  # user cancelled before it ran
+            J.FAILED,  # cannot ever be placed (e.g. spec no offering satisfies) — reported, not silent
+        }
+    ),
+    J.BOUND: frozenset(
+        {
+            J.RUNNING,  # every node's agent reported the process started
+            J.PENDING,  # the capacity it waited for failed to launch or was reclaimed before start
+            J.DRAINING,  # a notice arrived before it started; nothing to checkpoint but wait for release
+            J.CANCELLED,  # user cancelled
+        }
+    ),
+    J.RUNNING: frozenset(
+        {
+            J.SUCCEEDED,  # exited 0 on every node
+            J.FAILED,  # exited non-zero with no retries left
+            J.PENDING,  # retry after a failure, or its instance vanished without notice
+            J.DRAINING,  # interruption notice / preemption: asked to checkpoint and exit
+            J.CANCELLED,  # user cancelled; the agent kills it
+        }
+    ),
+    J.DRAINING: frozenset(
+        {
+            J.PENDING,  # checkpointed (or killed after the grace) and requeued to resume
+            J.SUCCEEDED,  # finished while draining
+            J.FAILED,  # crashed while draining with no retries left
+            J.CANCELLED,  # user cancelled
+        }
+    ),
     J.SUCCEEDED: frozenset(),
     J.FAILED: frozenset(),
     J.CANCELLED: frozenset(),
@@ -79,11 +87,21 @@ class Binding:
     mig_slices: int = 0  # compute slices (of 7) when the job asked for a MIG profile
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.node_rank, "instance": self.instance_id, "gpus": list(self.gpu_indices), "mig": self.mig_slices}
+        return {
+            "rank": self.node_rank,
+            "instance": self.instance_id,
+            "gpus": list(self.gpu_indices),
+            "mig": self.mig_slices,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Binding:
-        return cls(int(data["rank"]), str(data["instance"]), tuple(int(g) for g in data.get("gpus", ())), int(data.get("mig", 0)))
+        return cls(
+            int(data["rank"]),
+            str(data["instance"]),
+            tuple(int(g) for g in data.get("gpus", ())),
+            int(data.get("mig", 0)),
+        )
 
 
 @dataclass(slots=True)

@@ -119,6 +119,7 @@ class Launch:
     alternatives: tuple[Offering, ...] = ()
     reason: str = ""
     placement_group: str | None = None
+    reserved_for: str | None = None  # a replacement for this (draining) job
 
 
 @dataclass(frozen=True, slots=True)

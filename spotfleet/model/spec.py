@@ -113,12 +113,12 @@ class JobSpec(StrictModel):
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
-    resources: Resources = Field(default_factory=Resources)  # type: ignore[arg-type]
+    resources: Resources = Field(default_factory=Resources)
     priority: Priority = Priority.NORMAL
     interruptible: bool | None = Field(None, description="defaults to true unless priority is critical")
     deadline: datetime | None = Field(None, description="ISO-8601 with a timezone, e.g. 2026-12-03T18:00:00Z")
     expected_duration: Duration | None = None
-    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)  # type: ignore[arg-type]
+    checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     max_price_per_hour: float | None = Field(None, gt=0)
     regions: list[str] = Field(default_factory=list)
     providers: list[str] = Field(default_factory=list)
@@ -131,7 +131,9 @@ class JobSpec(StrictModel):
     @classmethod
     def _valid_name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("use 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit")
+            raise ValueError(
+                "use 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
+            )
         return value
 
     @field_validator("command")
@@ -230,4 +232,3 @@ def load_specs(text: str, *, source: str | None = None) -> list[JobSpec]:
     if not specs:
         raise InvalidSpec("", "no job spec found (the file is empty)", source=source)
     return specs
-

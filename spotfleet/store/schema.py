@@ -10,7 +10,7 @@ write only the reconciler's columns, so neither can undo the other's update.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -59,7 +59,7 @@ NAMING = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class JobRow(Base):
@@ -110,6 +110,7 @@ class InstanceRow(Base):
     idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     address: Mapped[str | None] = mapped_column(String(256), nullable=True)
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)
+    reserved_for: Mapped[str | None] = mapped_column(String(64), nullable=True)
     notice_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
     notice_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     agent_token_hash: Mapped[str] = mapped_column(String(128), index=True)

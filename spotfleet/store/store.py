@@ -202,16 +202,24 @@ class Store:
             return convert.job_from_row(row)
 
     def job_attempts(self, job_id: str) -> list[dict[str, Any]]:
-        query = select(JobAttemptRow).where(JobAttemptRow.job_id == job_id).order_by(
-            JobAttemptRow.attempt, JobAttemptRow.node_rank
+        query = (
+            select(JobAttemptRow)
+            .where(JobAttemptRow.job_id == job_id)
+            .order_by(JobAttemptRow.attempt, JobAttemptRow.node_rank)
         )
         with self.session() as s:
             return [
                 {
-                    "attempt": r.attempt, "node_rank": r.node_rank, "instance_id": r.instance_id,
-                    "gpus": r.gpus, "mig_slices": r.mig_slices, "bound_at": r.bound_at,
-                    "started_at": r.started_at, "ended_at": r.ended_at, "outcome": r.outcome,
-                }  # fmt: skip
+                    "attempt": r.attempt,
+                    "node_rank": r.node_rank,
+                    "instance_id": r.instance_id,
+                    "gpus": r.gpus,
+                    "mig_slices": r.mig_slices,
+                    "bound_at": r.bound_at,
+                    "started_at": r.started_at,
+                    "ended_at": r.ended_at,
+                    "outcome": r.outcome,
+                }
                 for r in s.scalars(query)
             ]
 
@@ -239,7 +247,9 @@ class Store:
     def rotate_agent_token(self, instance_id: str, token: str) -> None:
         """Replace an instance's agent secret (only its hash is ever stored)."""
         with self._sessions.begin() as s:
-            s.execute(update(InstanceRow).where(InstanceRow.id == instance_id).values(agent_token_hash=hash_token(token)))
+            s.execute(
+                update(InstanceRow).where(InstanceRow.id == instance_id).values(agent_token_hash=hash_token(token))
+            )
 
     def open_attempts_on(self, instance_id: str) -> list[tuple[str, int, int]]:
         """(job id, attempt, node rank) of every attempt bound to an instance and not ended."""
@@ -248,6 +258,13 @@ class Store:
         )
         with self.session() as s:
             return [(r[0], r[1], r[2]) for r in s.execute(query)]
+
+    def attempt_ran_on(self, job_id: str, attempt: int, instance_id: str) -> bool:
+        query = select(JobAttemptRow.id).where(
+            JobAttemptRow.job_id == job_id, JobAttemptRow.attempt == attempt, JobAttemptRow.instance_id == instance_id
+        )
+        with self.session() as s:
+            return s.scalars(query).first() is not None
 
     def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
         ids = list(set(job_ids))
@@ -269,7 +286,11 @@ class Store:
         with self._sessions.begin() as s:
             row = s.get(AgentPresenceRow, instance_id)
             if row is None:
-                s.add(AgentPresenceRow(instance_id=instance_id, provider_id=provider_id, registered_at=at, last_seen=at, info=info))
+                s.add(
+                    AgentPresenceRow(
+                        instance_id=instance_id, provider_id=provider_id, registered_at=at, last_seen=at, info=info
+                    )
+                )
             else:
                 row.last_seen = at
                 row.provider_id = provider_id or row.provider_id
@@ -350,7 +371,9 @@ class Store:
                 s.execute(update(JobRow).where(JobRow.id == job.id).values(**convert.job_lifecycle_values(job)))
             for inst in changes.instances:
                 s.execute(
-                    update(InstanceRow).where(InstanceRow.id == inst.id).values(**convert.instance_lifecycle_values(inst))
+                    update(InstanceRow)
+                    .where(InstanceRow.id == inst.id)
+                    .values(**convert.instance_lifecycle_values(inst))
                 )
             for inst in [*changes.instances, *(i for i, _ in changes.new_instances)]:
                 _sync_billing(s, inst, now)
@@ -362,13 +385,21 @@ class Store:
             for r in changes.attempts_running:
                 s.execute(
                     update(JobAttemptRow)
-                    .where(JobAttemptRow.job_id == r.job_id, JobAttemptRow.attempt == r.attempt, JobAttemptRow.started_at.is_(None))
+                    .where(
+                        JobAttemptRow.job_id == r.job_id,
+                        JobAttemptRow.attempt == r.attempt,
+                        JobAttemptRow.started_at.is_(None),
+                    )
                     .values(started_at=r.at)
                 )
             for e in changes.attempts_ended:
                 s.execute(
                     update(JobAttemptRow)
-                    .where(JobAttemptRow.job_id == e.job_id, JobAttemptRow.attempt == e.attempt, JobAttemptRow.ended_at.is_(None))
+                    .where(
+                        JobAttemptRow.job_id == e.job_id,
+                        JobAttemptRow.attempt == e.attempt,
+                        JobAttemptRow.ended_at.is_(None),
+                    )
                     .values(ended_at=e.at, outcome=e.outcome)
                 )
             for ev in changes.events:
@@ -386,7 +417,9 @@ class Store:
     def add_event(self, record: EventRecord) -> None:
         self.commit(Changes(events=[record]), now=record.at)
 
-    def events(self, *, limit: int = 50, job_id: str | None = None, instance_id: str | None = None) -> list[EventRecord]:
+    def events(
+        self, *, limit: int = 50, job_id: str | None = None, instance_id: str | None = None
+    ) -> list[EventRecord]:
         query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)

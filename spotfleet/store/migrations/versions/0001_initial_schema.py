@@ -75,9 +75,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("request_id", name=op.f("uq_instances_request_id")),
     )
     with op.batch_alter_table("instances", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_instances_agent_token_hash"), ["agent_token_hash"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_instances_agent_token_hash"), ["agent_token_hash"], unique=False)
         batch_op.create_index(batch_op.f("ix_instances_provider_id"), ["provider_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_instances_state"), ["state"], unique=False)
 
@@ -140,9 +138,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("notices", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_notices_processed_at"), ["processed_at"], unique=False)
-        batch_op.create_index(
-            batch_op.f("ix_notices_provider_instance_id"), ["provider_instance_id"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_notices_provider_instance_id"), ["provider_instance_id"], unique=False)
 
     op.create_table(
         "unavailable_offerings",
@@ -173,9 +169,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_segments")),
     )
     with op.batch_alter_table("billing_segments", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_billing_segments_instance_id"), ["instance_id"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_billing_segments_instance_id"), ["instance_id"], unique=False)
         batch_op.create_index(batch_op.f("ix_billing_segments_start"), ["start"], unique=False)
 
     op.create_table(
@@ -191,16 +185,12 @@ def upgrade() -> None:
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("ended_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("outcome", sa.String(length=32), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["instance_id"], ["instances.id"], name=op.f("fk_job_attempts_instance_id_instances")
-        ),
+        sa.ForeignKeyConstraint(["instance_id"], ["instances.id"], name=op.f("fk_job_attempts_instance_id_instances")),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_job_attempts_job_id_jobs")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_job_attempts")),
     )
     with op.batch_alter_table("job_attempts", schema=None) as batch_op:
-        batch_op.create_index(
-            batch_op.f("ix_job_attempts_instance_id"), ["instance_id"], unique=False
-        )
+        batch_op.create_index(batch_op.f("ix_job_attempts_instance_id"), ["instance_id"], unique=False)
         batch_op.create_index("ix_job_attempts_job_attempt", ["job_id", "attempt"], unique=False)
         batch_op.create_index(batch_op.f("ix_job_attempts_job_id"), ["job_id"], unique=False)
 
