@@ -35,16 +35,16 @@ import boto3
 import pytest
 import yaml
 from aws_moto import CLUSTER, REGION, CatalogPrices, FleetShim, make_config
-from spotfleet.providers import registry
-from spotfleet.providers.aws import AwsProvider
-from spotfleet.providers.aws_events import SPOT_WARNING
-from spotfleet.providers.base import TAG_CLUSTER
 from test_aws_events import RULE_PATTERN
 
 from spotfleet.clock import SystemClock
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
+from spotfleet.providers import registry
+from spotfleet.providers.aws import AwsProvider
+from spotfleet.providers.aws_events import SPOT_WARNING
+from spotfleet.providers.base import TAG_CLUSTER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -199,7 +199,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
             imds = Imds(instance_id)
             agent = agent_config_from_user_data(ec2, fleet, request_id)
             assert agent["cluster"] == CLUSTER and agent["metadata"] == "aws"
-            log = open(tmp_path / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+            log = open(tmp_path / f"{name}.log", "wb")
             agents.append(subprocess.Popen(
                 [sys.executable, "-m", "spotfleet.agent", "--controller-url", agent["controller_url"],
                  "--token", agent["token"], "--provider-id", imds_instance_id(imds.url),
@@ -227,7 +227,9 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
 
         # 2. a tagged spot instance appears in moto; the test boots it
         first = wait_for("the first instance", lambda: provisioned(set()))
-        [cloud] = [i for r in ec2.describe_instances(InstanceIds=[first.provider_id])["Reservations"] for i in r["Instances"]]
+        [cloud] = [
+            i for r in ec2.describe_instances(InstanceIds=[first.provider_id])["Reservations"] for i in r["Instances"]
+        ]
         tags = {t["Key"]: t["Value"] for t in cloud["Tags"]}
         assert tags[TAG_CLUSTER] == CLUSTER and cloud.get("InstanceLifecycle") == "spot"
         assert cloud["InstanceType"] == "g5.xlarge"
