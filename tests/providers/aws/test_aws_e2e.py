@@ -48,7 +48,7 @@ from spotfleet.providers.aws import AwsProvider
 from spotfleet.providers.aws_events import SPOT_WARNING
 from spotfleet.providers.base import TAG_CLUSTER
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 IMDS_TOKEN = "imds-session-token"
 
@@ -223,7 +223,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
             "resources": {"gpus": 1, "gpu_types": ["A10G"]},
             "command": [sys.executable, "-m", "spotfleet.demo_job", "--steps", "200", "--step-seconds", "0.05",
                         "--checkpoint-every", "20"],
-            "checkpoint": {"interval": "2s"},
+            "checkpoint": {"interval": "60s"},  # the job checkpoints every 20 steps itself
         })  # fmt: skip
         job = service.controller.submit(spec)
 
@@ -255,7 +255,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         assert second.provider_id != first.provider_id and second.request_id != first.request_id
         # the replacement may be bought ahead of the reclaim, while the job still drains
         play(second.provider_id, second.request_id, "node-2")
-        done = wait_for("the job to finish", lambda: (j := store.get_job(job.id)).terminal and j, timeout=60)
+        done = wait_for("the job to finish", lambda: (j := store.get_job(job.id)).terminal and j, timeout=90)
         assert done.state is JobState.SUCCEEDED, done.message
         assert done.interruptions >= 1 and done.attempt == 2
         ran_on = [(a["attempt"], a["instance_id"]) for a in store.job_attempts(job.id)]
@@ -271,9 +271,15 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         def all_gone() -> bool:
             pages = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_CLUSTER}", "Values": [CLUSTER]}])
             states = [i["State"]["Name"] for r in pages["Reservations"] for i in r["Instances"]]
-            return len(states) == 2 and all(s in ("shutting-down", "terminated") for s in states)
+            return len(states) >= 2 and all(s in ("shutting-down", "terminated") for s in states)
 
         wait_for("every instance terminated in moto", all_gone, timeout=30)
+    except BaseException:
+        for record in reversed(service.store.events(limit=80)):
+            sys.stderr.write(f"{record.at:%H:%M:%S} {record.kind}: {record.message}\n")
+        for inst in service.store.list_instances():
+            sys.stderr.write(f"instance {inst.id} {inst.provider_id} {inst.state.value} {inst.message}\n")
+        raise
     finally:
         service.stop()
         for path in sorted(tmp_path.glob("node-*.log")):
