@@ -31,6 +31,7 @@ from botocore.awsrequest import AWSResponse
 
 from spotfleet.catalog import load_catalog
 from spotfleet.model.offering import Market, Offering
+from spotfleet.providers import aws_events
 from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
 from spotfleet.providers.base import (
     TAG_JOB_IDS,
@@ -267,3 +268,10 @@ def run_foreign(ec2: Any, *, tags: dict[str, str] | None = None) -> str:
             {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
         ]
     return str(ec2.run_instances(**kwargs)["Instances"][0]["InstanceId"])
+
+
+# The EventBridge rule the terraform module creates (source/detail-type filter).
+RULE_PATTERN = {
+    "source": ["aws.ec2", "aws.health"],
+    "detail-type": [aws_events.SPOT_WARNING, aws_events.REBALANCE, aws_events.STATE_CHANGE, aws_events.HEALTH],
+}

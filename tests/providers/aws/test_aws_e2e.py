@@ -25,21 +25,18 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 import yaml
-from aws_moto import CLUSTER, REGION, CatalogPrices, FleetShim, make_config
-from test_aws_events import RULE_PATTERN
+from aws_moto import CLUSTER, REGION, RULE_PATTERN, CatalogPrices, FleetShim, make_config
 
 from spotfleet.clock import SystemClock
+from spotfleet.metadata import AwsImdsServer
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
@@ -49,54 +46,6 @@ from spotfleet.providers.aws_events import SPOT_WARNING
 from spotfleet.providers.base import TAG_CLUSTER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
-
-IMDS_TOKEN = "imds-session-token"
-
-
-class Imds(ThreadingHTTPServer):
-    """An emulated IMDSv2 for one instance: token first, then metadata."""
-
-    daemon_threads = True
-
-    def __init__(self, instance_id: str) -> None:
-        self.instance_id = instance_id
-        self.instance_action: dict[str, str] | None = None
-        super().__init__(("127.0.0.1", 0), _ImdsHandler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _ImdsHandler(BaseHTTPRequestHandler):
-    server: Imds
-
-    def log_message(self, *_: Any) -> None:
-        pass
-
-    def _send(self, status: int, body: str = "") -> None:
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_PUT(self) -> None:
-        if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
-            self._send(200, IMDS_TOKEN)
-        else:
-            self._send(400)
-
-    def do_GET(self) -> None:
-        if self.headers.get("X-aws-ec2-metadata-token") != IMDS_TOKEN:
-            self._send(401)
-        elif self.path == "/latest/meta-data/instance-id":
-            self._send(200, self.server.instance_id)
-        elif self.path == "/latest/meta-data/spot/instance-action" and self.server.instance_action:
-            self._send(200, json.dumps(self.server.instance_action))
-        else:
-            self._send(404)
 
 
 def imds_instance_id(url: str) -> str:
@@ -192,13 +141,20 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         "providers": {"aws": {}}, "checkpoint_root": str(tmp_path / "checkpoints"),
     })  # fmt: skip
     service = Service(config)
+    servers: list[AwsImdsServer] = []
     service.start_background()
     try:
         store = service.store
 
-        def play(instance_id: str, request_id: str, name: str) -> Imds:
-            """Boot the node: IMDS for this instance id, agent from the launch's user data."""
-            imds = Imds(instance_id)
+        def play(instance: Any, name: str) -> AwsImdsServer:
+            """Boot the node: IMDS for this instance, agent from the launch's user data."""
+            imds = AwsImdsServer(
+                instance_id=instance.provider_id,
+                zone=instance.offering.zone,
+                instance_type=instance.offering.instance_type,
+            ).start()
+            servers.append(imds)
+            request_id = instance.request_id
             agent = agent_config_from_user_data(ec2, fleet, request_id)
             assert agent["cluster"] == CLUSTER and agent["metadata"] == "aws"
             log = open(tmp_path / f"{name}.log", "wb")
@@ -235,12 +191,11 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         tags = {t["Key"]: t["Value"] for t in cloud["Tags"]}
         assert tags[TAG_CLUSTER] == CLUSTER and cloud.get("InstanceLifecycle") == "spot"
         assert cloud["InstanceType"] == "g5.xlarge"
-        imds = play(first.provider_id, first.request_id, "node-1")
+        imds = play(first, "node-1")
 
         # 3. the job runs past a checkpoint, then AWS announces the reclaim
         wait_for("a checkpoint", lambda: (store.get_job(job.id).progress.get("step") or 0) >= 30)
-        when = datetime.now(UTC) + timedelta(minutes=2)
-        imds.instance_action = {"action": "terminate", "time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        imds.announce("spot")  # IMDS: spot/instance-action, two minutes ahead
         session.client("events", endpoint_url=moto).put_events(Entries=[{
             "Source": "aws.ec2", "DetailType": SPOT_WARNING, "Resources": [f"arn:aws:ec2:{REGION}:123456789012:instance/{first.provider_id}"],
             "Detail": json.dumps({"instance-id": first.provider_id, "instance-action": "terminate"}),
@@ -254,7 +209,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         second = wait_for("a replacement instance", lambda: provisioned({first.id}), timeout=60)
         assert second.provider_id != first.provider_id and second.request_id != first.request_id
         # the replacement may be bought ahead of the reclaim, while the job still drains
-        play(second.provider_id, second.request_id, "node-2")
+        play(second, "node-2")
         done = wait_for("the job to finish", lambda: (j := store.get_job(job.id)).terminal and j, timeout=90)
         assert done.state is JobState.SUCCEEDED, done.message
         assert done.interruptions >= 1 and done.attempt == 2
@@ -282,5 +237,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         raise
     finally:
         service.stop()
+        for server in servers:
+            server.stop()
         for path in sorted(tmp_path.glob("node-*.log")):
             sys.stderr.write(f"--- {path.name}\n{path.read_text(errors='replace')[-3000:]}\n")

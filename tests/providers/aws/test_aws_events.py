@@ -8,7 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_moto import CLUSTER, REGION, http_response, make_config, pick, request, run_foreign
+from aws_moto import CLUSTER, REGION, RULE_PATTERN, http_response, make_config, pick, request, run_foreign
 
 from spotfleet.clock import FakeClock
 from spotfleet.errors import Throttled
@@ -21,11 +21,6 @@ from spotfleet.providers.aws_events import (
     STATE_CHANGE,
     parse_message,
 )
-
-RULE_PATTERN = {
-    "source": ["aws.ec2", "aws.health"],
-    "detail-type": [SPOT_WARNING, REBALANCE, STATE_CHANGE, HEALTH],
-}
 
 
 @pytest.fixture
