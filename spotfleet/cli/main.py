@@ -33,13 +33,14 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, explain, jobs, local, server
+    from spotfleet.cli import demo, explain, jobs, local, offerings, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     local.register(app)
     explain.register(app)
+    offerings.register(app)
 
 
 _register()
