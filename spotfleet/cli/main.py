@@ -33,12 +33,13 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, offerings, server
+    from spotfleet.cli import config_cmd, demo, jobs, offerings, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     offerings.register(app)
+    config_cmd.register(app)
 
 
 _register()
