@@ -47,7 +47,7 @@ locals {
       advertise_url = local.controller_url
     }
     reconcile = { interval = var.reconcile_interval }
-    budgets   = var.budget_per_hour == null ? {} : { global_per_hour = var.budget_per_hour }
+    budgets   = { for k, v in { global_per_hour = var.budget_per_hour } : k => v if v != null }
     providers = { aws = local.provider_config }
   }
 }
