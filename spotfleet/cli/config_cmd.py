@@ -53,10 +53,9 @@ config_app = typer.Typer(help="Controller configuration files.", no_args_is_help
 
 
 def _provider_models() -> dict[str, Callable[[Any], BaseModel]]:
+    from spotfleet.config import LocalProviderConfig
     from spotfleet.providers.aws_config import AwsProviderConfig
     from spotfleet.providers.gcp_config import GcpProviderConfig
-
-    from spotfleet.config import LocalProviderConfig
 
     return {
         "aws": AwsProviderConfig.model_validate,

@@ -16,7 +16,6 @@ from spotfleet.config import load_config
 from spotfleet.errors import InvalidSpec
 from spotfleet.providers.aws_config import AwsProviderConfig
 from spotfleet.providers.gcp_config import GcpProviderConfig
-
 from tests.terraform.hcl import for_object_keys, module
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,7 +9,6 @@ from spotfleet.providers import aws_events
 from spotfleet.providers.aws_config import AwsProviderConfig
 from spotfleet.providers.aws_iam import REQUIRED_IAM_ACTIONS
 from spotfleet.providers.base import TAG_CLUSTER
-
 from tests.terraform.hcl import for_object_keys, module
 
 AWS = module("aws")
@@ -77,7 +76,7 @@ def test_wildcard_resources_only_for_actions_without_resource_level_permissions(
 
 
 def test_instances_and_fleets_are_created_only_with_the_cluster_tag() -> None:
-    cluster_tag = f"aws:RequestTag/${{local.cluster_tag_key}}"
+    cluster_tag = "aws:RequestTag/${local.cluster_tag_key}"
     for statement in statements("controller_provider"):
         creates = {"ec2:CreateFleet", "ec2:RunInstances"} & set(statement["actions"])
         touches_instances = any(r.endswith((":instance/*", ":fleet/*")) for r in statement["resources"])
@@ -248,7 +247,9 @@ def test_the_controller_never_carries_the_cluster_tag() -> None:
 
 def test_workers_reach_the_controller_on_the_api_port_only() -> None:
     ingress = {r.name: r.body for r in AWS.resources("aws_vpc_security_group_ingress_rule")}
-    to_controller = {n: b for n, b in ingress.items() if b["security_group_id"] == "${aws_security_group.controller.id}"}
+    to_controller = {
+        n: b for n, b in ingress.items() if b["security_group_id"] == "${aws_security_group.controller.id}"
+    }
     assert set(to_controller) == {"controller_api_from_workers", "controller_api_from_users"}
     for body in to_controller.values():
         assert body["ip_protocol"] == "tcp"

@@ -12,14 +12,15 @@ import pytest
 
 from spotfleet import bootstrap
 from spotfleet.providers.base import AgentBootstrap
-
 from tests.terraform.hcl import MODULES, call_arguments, module, unwrap
 
 PACKAGE_TEMPLATE = Path(str(resources.files("spotfleet") / "templates" / bootstrap.TEMPLATE))
 # The templatefile() call of each module's worker definition.
 WORKER_SCRIPT = {
     "aws": lambda m: unwrap(m.resource("aws_launch_template", "worker").body["user_data"]),
-    "gcp": lambda m: unwrap(m.resource("google_compute_instance_template", "worker").body["metadata"]["startup-script"]),
+    "gcp": lambda m: unwrap(
+        m.resource("google_compute_instance_template", "worker").body["metadata"]["startup-script"]
+    ),
 }
 
 
@@ -66,8 +67,9 @@ def test_rendering_agrees_with_the_provider() -> None:
               "cluster": "prod", "metadata_flavor": "aws", "extra_env_lines": ""}  # fmt: skip
     ours = render_like_terraform(PACKAGE_TEMPLATE.read_text(), values)
     theirs = bootstrap.render_bootstrap(
-        AgentBootstrap(controller_url="http://10.0.0.5:8478", agent_token="", spotfleet_version="0.1.0",
-                       cluster="prod"),  # fmt: skip
+        AgentBootstrap(
+            controller_url="http://10.0.0.5:8478", agent_token="", spotfleet_version="0.1.0", cluster="prod"
+        ),
         metadata_flavor="aws",
     )
     assert ours == theirs
@@ -75,7 +77,10 @@ def test_rendering_agrees_with_the_provider() -> None:
 
 @pytest.mark.parametrize(
     ("cloud", "template", "local"),
-    [("aws", "controller-user-data.sh.tftpl", "controller_user_data"), ("gcp", "controller-startup.sh.tftpl", "controller_startup")],
+    [
+        ("aws", "controller-user-data.sh.tftpl", "controller_user_data"),
+        ("gcp", "controller-startup.sh.tftpl", "controller_startup"),
+    ],
 )
 def test_controller_script_gets_every_variable_and_no_secret(cloud: str, template: str, local: str) -> None:
     m = module(cloud)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_labels import LABEL_CLUSTER
 from spotfleet.providers.gcp_permissions import REQUIRED_PERMISSIONS
-
 from tests.terraform.hcl import for_object_keys, module
 
 GCP = module("gcp")
@@ -22,9 +21,7 @@ UNLABELLABLE = {
 
 
 def role_permissions() -> dict[str, set[str]]:
-    return {
-        r.name: set(GCP.resolve(r.body["permissions"])) for r in GCP.resources("google_project_iam_custom_role")
-    }
+    return {r.name: set(GCP.resolve(r.body["permissions"])) for r in GCP.resources("google_project_iam_custom_role")}
 
 
 def test_custom_roles_hold_exactly_the_providers_permissions() -> None:
