@@ -33,6 +33,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spotfleet.bootstrap import render_bootstrap
+from spotfleet.clock import Clock
+from spotfleet.errors import (
+    InstanceNotFound,
+    InsufficientCapacity,
+    NotOwned,
+    PermanentError,
+    QuotaExceeded,
+    Throttled,
+)
+from spotfleet.model.events import InstanceEvent
+from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.providers.aws_clients import AwsClients
 from spotfleet.providers.aws_config import AwsProviderConfig
 from spotfleet.providers.aws_errors import (
@@ -55,19 +67,6 @@ from spotfleet.providers.base import (
     LaunchRequest,
     ProviderInstance,
 )
-
-from spotfleet.bootstrap import render_bootstrap
-from spotfleet.clock import Clock
-from spotfleet.errors import (
-    InstanceNotFound,
-    InsufficientCapacity,
-    NotOwned,
-    PermanentError,
-    QuotaExceeded,
-    Throttled,
-)
-from spotfleet.model.events import InstanceEvent
-from spotfleet.model.offering import Market, Offering, Offerings
 
 __all__ = ["REQUIRED_IAM_ACTIONS", "AwsProvider", "AwsProviderConfig", "build_aws_provider"]
 
@@ -198,8 +197,10 @@ class AwsProvider:
                 if adopted:
                     self._remember(request.request_id, adopted)
                     return adopted
-                raise Throttled(THROTTLE_BACKOFF_S, f"CreateFleet: request {request.request_id} already "
-                                "launched; waiting for its instances to appear") from err
+                raise Throttled(
+                    THROTTLE_BACKOFF_S,
+                    f"CreateFleet: request {request.request_id} already launched; waiting for its instances to appear",
+                ) from err
             raise translate(err, operation="CreateFleet") from err
         except AWS_ERRORS as err:
             raise translate(err, operation="CreateFleet") from err
@@ -344,7 +345,7 @@ class AwsProvider:
             if not missing:
                 break
             for start in range(0, len(missing), _FILTER_VALUES):
-                chunk = missing[start:start + _FILTER_VALUES]
+                chunk = missing[start : start + _FILTER_VALUES]
                 for item in self._raw(region, [{"Name": "instance-id", "Values": chunk}]):
                     found[item["InstanceId"]] = (item, region)
         return found

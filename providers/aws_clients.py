@@ -18,6 +18,7 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
+
 from spotfleet.providers.aws_config import AwsProviderConfig
 
 PRICING_REGION = "us-east-1"

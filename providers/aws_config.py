@@ -52,9 +52,7 @@ class AwsProviderConfig(BaseModel):
     sqs_wait_seconds: int = Field(default=1, ge=0, le=20)
     sqs_max_batches: int = Field(default=5, ge=1, description="Receive calls per poll_events().")
     extra_tags: dict[str, str] = Field(default_factory=dict)
-    endpoint_url: str | None = Field(
-        default=None, description="Send every API call here (moto server, LocalStack)."
-    )
+    endpoint_url: str | None = Field(default=None, description="Send every API call here (moto server, LocalStack).")
     price_refresh_interval_s: float = Field(default=300.0, gt=0)
     instance_type_refresh_interval_s: float = Field(default=86_400.0, gt=0)
     on_demand_price_source: Literal["pricing-api", "catalog"] = "pricing-api"

@@ -47,34 +47,40 @@ class ErrorClass(enum.StrEnum):
     PERMANENT = "permanent"
 
 
-CAPACITY_CODES = frozenset({
-    "InsufficientInstanceCapacity",
-    "InsufficientCapacity",
-    "InsufficientHostCapacity",
-    "MaxSpotInstanceCountExceeded",
-    "SpotMaxPriceTooLow",
-    "UnfulfillableCapacity",
-})
-QUOTA_CODES = frozenset({
-    "VcpuLimitExceeded",
-    "MaxFleetCountExceeded",
-    "InstanceLimitExceeded",
-    "MaxSpotFleetRequestCountExceeded",
-})
-THROTTLE_CODES = frozenset({
-    "RequestLimitExceeded",
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "TooManyRequestsException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "ServiceUnavailable",
-    "Unavailable",
-    "InternalError",
-    "InternalFailure",
-    "ServerInternal",
-})
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "UnfulfillableCapacity",
+    }
+)
+QUOTA_CODES = frozenset(
+    {
+        "VcpuLimitExceeded",
+        "MaxFleetCountExceeded",
+        "InstanceLimitExceeded",
+        "MaxSpotFleetRequestCountExceeded",
+    }
+)
+THROTTLE_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "ServiceUnavailable",
+        "Unavailable",
+        "InternalError",
+        "InternalFailure",
+        "ServerInternal",
+    }
+)
 
 # How long to back off when botocore's retries ran out (seconds).
 THROTTLE_BACKOFF_S = 30.0

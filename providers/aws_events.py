@@ -45,10 +45,9 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from spotfleet.providers.aws_errors import AWS_ERRORS, translate
-
 from spotfleet.clock import Clock
 from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.providers.aws_errors import AWS_ERRORS, translate
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,14 @@ def parse_message(body: str) -> list[Notice]:
 
     if detail_type == SPOT_WARNING:
         action = str(detail.get("instance-action", "terminate"))
-        return [one(str(detail["instance-id"]), NoticeKind.SPOT_INTERRUPTION, time + SPOT_NOTICE, f"instance-action={action}")]
+        return [
+            one(
+                str(detail["instance-id"]),
+                NoticeKind.SPOT_INTERRUPTION,
+                time + SPOT_NOTICE,
+                f"instance-action={action}",
+            )
+        ]
     if detail_type == REBALANCE:
         return [one(str(detail["instance-id"]), NoticeKind.REBALANCE, None, "rebalance recommendation")]
     if detail_type == STATE_CHANGE:

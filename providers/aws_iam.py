@@ -15,31 +15,33 @@ roles on first use in an account).
 
 from __future__ import annotations
 
-REQUIRED_IAM_ACTIONS: frozenset[str] = frozenset({
-    # offerings: instance types, zones, prices
-    "ec2:DescribeInstanceTypes",
-    "ec2:DescribeInstanceTypeOfferings",
-    "ec2:DescribeAvailabilityZones",
-    "ec2:DescribeSpotPriceHistory",
-    "pricing:GetProducts",
-    # launch: launch template, fleet
-    "ec2:DescribeLaunchTemplates",
-    "ec2:DescribeLaunchTemplateVersions",
-    "ec2:CreateLaunchTemplate",
-    "ec2:CreateLaunchTemplateVersion",
-    "ec2:DeleteLaunchTemplateVersions",
-    "ec2:CreateFleet",
-    "ec2:RunInstances",
-    "ec2:CreateTags",
-    "iam:PassRole",
-    "iam:CreateServiceLinkedRole",
-    # list / get / terminate
-    "ec2:DescribeInstances",
-    "ec2:TerminateInstances",
-    # events: EventBridge → SQS
-    "sqs:ReceiveMessage",
-    "sqs:DeleteMessage",
-})
+REQUIRED_IAM_ACTIONS: frozenset[str] = frozenset(
+    {
+        # offerings: instance types, zones, prices
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeAvailabilityZones",
+        "ec2:DescribeSpotPriceHistory",
+        "pricing:GetProducts",
+        # launch: launch template, fleet
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeLaunchTemplateVersions",
+        "ec2:CreateLaunchTemplate",
+        "ec2:CreateLaunchTemplateVersion",
+        "ec2:DeleteLaunchTemplateVersions",
+        "ec2:CreateFleet",
+        "ec2:RunInstances",
+        "ec2:CreateTags",
+        "iam:PassRole",
+        "iam:CreateServiceLinkedRole",
+        # list / get / terminate
+        "ec2:DescribeInstances",
+        "ec2:TerminateInstances",
+        # events: EventBridge → SQS
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+    }
+)
 
 # API operations authorized under another action's name.
 IAM_ACTION_FOR_OPERATION: dict[str, str] = {
@@ -47,12 +49,14 @@ IAM_ACTION_FOR_OPERATION: dict[str, str] = {
 }
 
 # Actions EC2 checks on the caller's behalf during CreateFleet (no direct call).
-IMPLIED_IAM_ACTIONS: frozenset[str] = frozenset({
-    "ec2:RunInstances",
-    "ec2:CreateTags",
-    "iam:PassRole",
-    "iam:CreateServiceLinkedRole",
-})
+IMPLIED_IAM_ACTIONS: frozenset[str] = frozenset(
+    {
+        "ec2:RunInstances",
+        "ec2:CreateTags",
+        "iam:PassRole",
+        "iam:CreateServiceLinkedRole",
+    }
+)
 
 
 def iam_action(service: str, operation: str) -> str:

@@ -32,14 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spotfleet.errors import PermanentError
+from spotfleet.model.offering import Market, Offering
 from spotfleet.providers.aws_clients import AwsClients
 from spotfleet.providers.aws_config import AwsProviderConfig
 from spotfleet.providers.aws_errors import AWS_ERRORS, ClientError, error_code, translate
 from spotfleet.providers.aws_prices import Zone
 from spotfleet.providers.base import TAG_CLUSTER, TAG_REQUEST_ID
-
-from spotfleet.errors import PermanentError
-from spotfleet.model.offering import Market, Offering
 
 log = logging.getLogger(__name__)
 

@@ -31,14 +31,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotfleet.providers.aws_clients import AwsClients
-from spotfleet.providers.aws_config import AwsProviderConfig
-from spotfleet.providers.aws_errors import AWS_ERRORS, translate
-
 from spotfleet.catalog import has_nvlink, load_catalog
 from spotfleet.clock import Clock
 from spotfleet.errors import ProviderError
 from spotfleet.model.offering import Market, Offering, Offerings
+from spotfleet.providers.aws_clients import AwsClients
+from spotfleet.providers.aws_config import AwsProviderConfig
+from spotfleet.providers.aws_errors import AWS_ERRORS, translate
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ class _RegionFacts:
 
 def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[list[str]]:
     for start in range(0, len(items), size):
-        yield list(items[start:start + size])
+        yield list(items[start : start + size])
 
 
 def gpu_type_from_api(item: dict[str, Any], *, architectures: Sequence[str] = ("x86_64",)) -> GpuType | None:
@@ -251,16 +250,18 @@ class AwsOfferingSource:
                     if gpu_type is not None:
                         name = self._catalog_gpu_name.get(gpu_type.instance_type, gpu_type.gpu)
                         types[gpu_type.instance_type] = GpuType(
-                            gpu_type.instance_type, name, gpu_type.gpu_count,
-                            gpu_type.gpu_memory_gib, gpu_type.vcpus, gpu_type.memory_gib,
+                            gpu_type.instance_type,
+                            name,
+                            gpu_type.gpu_count,
+                            gpu_type.gpu_memory_gib,
+                            gpu_type.vcpus,
+                            gpu_type.memory_gib,
                         )
-            azs = ec2.describe_availability_zones(
-                Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
-            )["AvailabilityZones"]
+            azs = ec2.describe_availability_zones(Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}])[
+                "AvailabilityZones"
+            ]
             zones = [
-                Zone(region, z["ZoneName"], z["ZoneId"])
-                for z in azs
-                if z.get("State", "available") == "available"
+                Zone(region, z["ZoneName"], z["ZoneId"]) for z in azs if z.get("State", "available") == "available"
             ]
             sold_in: set[tuple[str, str]] = set()
             for chunk in _chunks(sorted(types)):
@@ -349,7 +350,9 @@ class AwsOfferingSource:
         price = self._catalog_on_demand.get((region, instance_type))
         return Quote(price, SOURCE_CATALOG, None) if price is not None else None
 
-    def _spot_quote(self, facts: _RegionFacts, gpu_type: str, zone: Zone, on_demand: float) -> tuple[Quote | None, bool]:
+    def _spot_quote(
+        self, facts: _RegionFacts, gpu_type: str, zone: Zone, on_demand: float
+    ) -> tuple[Quote | None, bool]:
         """(quote, implausible live price replaced)."""
         live = facts.spot.get((gpu_type, zone.name))
         if live is not None and live.price > 0 and live.price >= MIN_PLAUSIBLE_SPOT_RATIO * on_demand:
@@ -427,4 +430,3 @@ class AwsOfferingSource:
             errors=tuple(errors),
         )
         return Offerings(items)
-

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
-
 from spotfleet.clock import Clock, FakeClock
 from spotfleet.errors import InstanceNotFound, NotOwned, ProviderError
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.offering import Market, Offering, Offerings
+from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
 
 
 def gpu_offering(

@@ -30,6 +30,7 @@ Instance ids are ``<zone>/<name>`` (``gcp_resources.provider_id``).
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,11 +38,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import google.auth.exceptions
+import httpx
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
+
+from spotfleet.bootstrap import render_bootstrap
+from spotfleet.catalog import load_catalog
+from spotfleet.clock import Clock
+from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
+from spotfleet.model.events import InstanceEvent
+from spotfleet.model.offering import Offering, Offerings
 from spotfleet.providers import gcp_labels as labels_
+from spotfleet.providers import gcp_pricing
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
@@ -56,14 +66,8 @@ from spotfleet.providers.gcp_resources import (
     to_provider_instance,
 )
 
-from spotfleet.bootstrap import render_bootstrap
-from spotfleet.catalog import load_catalog
-from spotfleet.clock import Clock
-from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
-from spotfleet.model.events import InstanceEvent
-from spotfleet.model.offering import Offering, Offerings
-
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # zoneOperations.wait returns after at most ~2 minutes on GCE; allow for that.
 _WAIT_TIMEOUT_S = 150.0
@@ -119,9 +123,8 @@ class GcpProvider:
         self._catalog = load_catalog([PROVIDER])
         self.zones = configured_zones(config, self._catalog)
         self._offerings: tuple[datetime, Offerings] | None = None
-        self._events = EventTracker(
-            name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice
-        )
+        self.last_repricing: gcp_pricing.Repriced | None = None
+        self._events = EventTracker(name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice)
 
     # -- plumbing --------------------------------------------------------------
 
@@ -168,17 +171,13 @@ class GcpProvider:
         return operation
 
     def _list_zone(self, zone: str, filter_: str) -> list[ProviderInstance]:
-        request = compute_v1.ListInstancesRequest(
-            project=self._config.project, zone=zone, filter=filter_
-        )
+        request = compute_v1.ListInstancesRequest(project=self._config.project, zone=zone, filter=filter_)
         raw = self._call(lambda: list(self._clients.instances.list(request=request, **self._opts)))
         return [to_provider_instance(i) for i in raw if labels_.owned(i.labels, self._cluster)]
 
     def _get_raw(self, zone: str, name: str, pid: str) -> compute_v1.Instance:
         return self._call(
-            lambda: self._clients.instances.get(
-                project=self._config.project, zone=zone, instance=name, **self._opts
-            ),
+            lambda: self._clients.instances.get(project=self._config.project, zone=zone, instance=name, **self._opts),
             instance_id=pid,
         )
 
@@ -190,9 +189,7 @@ class GcpProvider:
             lambda: list(self._clients.machine_types.list(project=project, zone=zone, **self._opts))
         )
         accelerators = self._call(
-            lambda: list(
-                self._clients.accelerator_types.list(project=project, zone=zone, **self._opts)
-            )
+            lambda: list(self._clients.accelerator_types.list(project=project, zone=zone, **self._opts))
         )
         return ZoneInventory(
             sizes={m.name: (float(m.guest_cpus), m.memory_mb / 1024) for m in machine_types},
@@ -206,17 +203,35 @@ class GcpProvider:
             return self._offerings[1]
         inventories = {zone: self._inventory(zone) for zone in self.zones}
         result = build_offerings(self._config, inventories, catalog=self._catalog)
+        if self._config.billing_refresh:
+            result = self._refresh_prices(result, now)
         self._offerings = (now, result)
         return result
+
+    def _refresh_prices(self, offerings: Offerings, now: datetime) -> Offerings:
+        """Reprice from the Billing Catalog; on any HTTP failure keep catalog prices."""
+        config = self._config
+        key = config.billing_api_key.get_secret_value() if config.billing_api_key else None
+        try:
+            with httpx.Client(base_url=config.billing_endpoint, timeout=config.request_timeout_s) as http:
+                skus = gcp_pricing.fetch_skus(http, api_key=key)
+        except httpx.HTTPError as exc:
+            log.warning("Cloud Billing Catalog unavailable, keeping catalog prices: %s", exc)
+            return offerings
+        self.last_repricing = gcp_pricing.reprice(offerings, skus, now=now)
+        log.info(
+            "repriced %d GCP offerings from the Billing Catalog (%d kept catalog prices)",
+            self.last_repricing.updated,
+            self.last_repricing.skipped,
+        )
+        return self.last_repricing.offerings
 
     # -- launch ----------------------------------------------------------------
 
     def launch(self, request: LaunchRequest) -> list[ProviderInstance]:
         """Buy ``request.count`` VMs of the first acceptable offering with capacity."""
         if request.count < 1:
-            raise PermanentError(
-                f"launch {request.request_id}: count must be ≥ 1, got {request.count}"
-            )
+            raise PermanentError(f"launch {request.request_id}: count must be ≥ 1, got {request.count}")
         foreign = [o.key for o in request.acceptable if o.provider != PROVIDER]
         if foreign:
             raise PermanentError(f"launch {request.request_id}: not GCP offerings: {foreign}")
@@ -267,9 +282,7 @@ class GcpProvider:
                     bulk_insert_instance_resource_resource=compute_v1.BulkInsertInstanceResource(
                         count=request.count,
                         min_count=1,  # partial fulfilment: the Protocol returns fewer
-                        name_pattern=labels_.bulk_name_pattern(
-                            self._cluster, request.request_id, request.count
-                        ),
+                        name_pattern=labels_.bulk_name_pattern(self._cluster, request.request_id, request.count),
                         instance_properties=compute_v1.InstanceProperties(**fields(zonal=False)),
                     ),
                     request_id=gce_request_id,
@@ -278,20 +291,17 @@ class GcpProvider:
         except gexc.Conflict:
             operation = None  # our deterministic name exists: this request already launched it
         except gexc.GoogleAPICallError as exc:
-            raise from_api_error(
-                exc, offering=offering, default_retry_after=config.default_retry_after_s
-            ) from exc
+            raise from_api_error(exc, offering=offering, default_retry_after=config.default_retry_after_s) from exc
         if operation is not None:
             operation = self._wait(zone, operation, offering=offering)
         if operation is not None and operation.status == _DONE:
-            error = from_operation(
-                operation, offering=offering, default_retry_after=config.default_retry_after_s
-            )
+            error = from_operation(operation, offering=offering, default_retry_after=config.default_retry_after_s)
             if error is not None:
                 raise error
         launched = self._list_zone(zone, labels_.request_filter(self._cluster, request.request_id))
-        if not launched and request.count == 1 and (operation is None or operation.status != _DONE):
-            launched = [self._pending(offering, name, tags)]
+        if not launched and operation is not None and operation.status != _DONE:
+            names = labels_.launch_names(self._cluster, request.request_id, request.count)
+            launched = [self._pending(offering, n, tags) for n in names]
         self._events.remember(i.provider_id for i in launched)
         return launched
 
@@ -390,6 +400,4 @@ def from_options(
     reports them under ``providers.gcp.<field>``. Credentials come from the
     environment (Application Default Credentials); ``data_dir`` is unused.
     """
-    return GcpProvider(
-        GcpProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock
-    )
+    return GcpProvider(GcpProviderConfig.model_validate(dict(options)), cluster=cluster, clock=clock)

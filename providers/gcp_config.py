@@ -11,7 +11,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from spotfleet.model.durations import parse_duration
 
@@ -22,7 +22,9 @@ LABEL_VALUE_RE = re.compile(r"^[a-z0-9_-]{0,63}$")
 
 # Ubuntu accelerator images ship NVIDIA drivers signed for Secure Boot, so they
 # boot with Shielded VM on. (Family name from GCP docs; unverified offline.)
-DEFAULT_IMAGE = "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550"
+DEFAULT_IMAGE = (
+    "projects/ubuntu-os-accelerator-images/global/images/family/ubuntu-accelerator-2204-amd64-with-nvidia-550"
+)
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 # GPU memory (GiB) of the accelerators that attach to N1 machine types.
@@ -50,9 +52,7 @@ class N1GpuShape(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     machine_type: str = Field(pattern=r"^n1-(standard|highmem|highcpu)-\d+$")
-    accelerator: Literal[
-        "nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"
-    ]
+    accelerator: Literal["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-tesla-p100", "nvidia-tesla-p4"]
     count: Literal[1, 2, 4, 8] = 1
     on_demand_price: float = Field(gt=0)
     spot_price: float | None = Field(default=None, gt=0)
@@ -85,6 +85,9 @@ class GcpProviderConfig(BaseModel):
     termination_action: Literal["DELETE", "STOP"] = "DELETE"
     max_run_duration: Annotated[timedelta, Field(gt=timedelta(0))] | None = None
     n1_gpus: tuple[N1GpuShape, ...] = ()
+    billing_refresh: bool = False  # reprice offerings from the Cloud Billing Catalog API
+    billing_api_key: SecretStr | None = None
+    billing_endpoint: str = "https://cloudbilling.googleapis.com"
     api_endpoint: str | None = None  # e.g. http://127.0.0.1:8085 for an emulator
     anonymous_credentials: bool = False  # emulators only: send no credentials
     offerings_ttl: timedelta = timedelta(hours=1)
@@ -124,9 +127,7 @@ class GcpProviderConfig(BaseModel):
                     "at most 63 characters, and not starting with 'spotfleet-' (reserved for ownership)"
                 )
             if not LABEL_VALUE_RE.match(value):
-                raise ValueError(
-                    f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63"
-                )
+                raise ValueError(f"label {key}={value!r}: values are lowercase letters, digits, '_' or '-', at most 63")
         return labels
 
     @model_validator(mode="after")

@@ -21,10 +21,10 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from google.cloud import compute_v1
-from spotfleet.providers.base import CloudState, ProviderInstance
-from spotfleet.providers.gcp_resources import PROVIDER, provider_id
 
 from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.providers.base import CloudState, ProviderInstance
+from spotfleet.providers.gcp_resources import PROVIDER, provider_id
 
 PREEMPTED = "compute.instances.preempted"
 PREEMPTED_FILTER = f'operationType = "{PREEMPTED}"'
@@ -40,15 +40,11 @@ def _parse_time(text: str) -> datetime | None:
 class EventTracker:
     """Turns successive observations into de-duplicated ``InstanceEvent`` s."""
 
-    def __init__(
-        self, *, name_prefix: str, notice: timedelta, memory: timedelta = timedelta(hours=24)
-    ) -> None:
+    def __init__(self, *, name_prefix: str, notice: timedelta, memory: timedelta = timedelta(hours=24)) -> None:
         self._prefix = name_prefix
         self._notice = notice
         self._memory = memory
-        self._seen: dict[
-            tuple[str, str], datetime
-        ] = {}  # (provider_id | op id, kind) -> first seen
+        self._seen: dict[tuple[str, str], datetime] = {}  # (provider_id | op id, kind) -> first seen
         self._known: set[str] = set()
 
     def remember(self, provider_ids: Iterable[str]) -> None:
@@ -92,15 +88,11 @@ class EventTracker:
             )
         return events
 
-    def from_instances(
-        self, instances: Iterable[ProviderInstance], now: datetime
-    ) -> list[InstanceEvent]:
+    def from_instances(self, instances: Iterable[ProviderInstance], now: datetime) -> list[InstanceEvent]:
         current = {i.provider_id: i for i in instances}
         events = []
         for pid, inst in current.items():
-            if inst.state is CloudState.TERMINATED and self._first(
-                (pid, NoticeKind.TERMINATED.value), now
-            ):
+            if inst.state is CloudState.TERMINATED and self._first((pid, NoticeKind.TERMINATED.value), now):
                 events.append(self._terminated(pid, now, "status TERMINATED"))
         for pid in sorted(self._known - current.keys()):
             if self._first((pid, NoticeKind.TERMINATED.value), now):

@@ -68,8 +68,7 @@ def tags_to_labels(tags: Mapping[str, str]) -> dict[str, str]:
 def labels_to_tags(labels: Mapping[str, str]) -> dict[str, str]:
     """Best-effort inverse for instances without the metadata copy (values may be hashed)."""
     return {
-        f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v
-        for k, v in labels.items()
+        f"spotfleet:{k.removeprefix('spotfleet-')}" if k.startswith("spotfleet-") else k: v for k, v in labels.items()
     }
 
 
@@ -115,6 +114,15 @@ def bulk_name_pattern(cluster: str, request_id: str, count: int) -> str:
     """``namePattern`` for bulkInsert: the single-instance name plus ``-###``."""
     width = max(3, len(str(count)))
     return f"{instance_name(cluster, request_id)}-{'#' * width}"
+
+
+def launch_names(cluster: str, request_id: str, count: int) -> list[str]:
+    """The VM names a launch of ``count`` creates (bulkInsert numbers from 1)."""
+    if count == 1:
+        return [instance_name(cluster, request_id)]
+    pattern = bulk_name_pattern(cluster, request_id, count)
+    width = pattern.count("#")
+    return [pattern.replace("#" * width, str(n).zfill(width)) for n in range(1, count + 1)]
 
 
 def gce_request_id(request_id: str, *, scope: str) -> str:

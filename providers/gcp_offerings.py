@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from spotfleet.catalog import load_catalog
+from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.providers.gcp_config import (
     N1_ACCELERATOR_MEMORY_GIB,
     N1_ACCELERATOR_NAMES,
@@ -20,9 +22,6 @@ from spotfleet.providers.gcp_config import (
     N1GpuShape,
 )
 from spotfleet.providers.gcp_resources import PROVIDER, region_of
-
-from spotfleet.catalog import load_catalog
-from spotfleet.model.offering import Market, Offering, Offerings
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +72,7 @@ def build_offerings(
     catalog: Offerings | None = None,
 ) -> Offerings:
     catalog = catalog if catalog is not None else load_catalog([PROVIDER])
-    items = [
-        o for o in catalog if o.zone in inventories and o.instance_type in inventories[o.zone].sizes
-    ]
+    items = [o for o in catalog if o.zone in inventories and o.instance_type in inventories[o.zone].sizes]
     for zone, inventory in inventories.items():
         for shape in config.n1_gpus:
             items.extend(n1_offerings(shape, zone, inventory))

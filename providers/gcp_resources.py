@@ -22,11 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from google.cloud import compute_v1
+
+from spotfleet.model.offering import Market, Offering
 from spotfleet.providers import gcp_labels
 from spotfleet.providers.base import CloudState, ProviderInstance
 from spotfleet.providers.gcp_config import GcpProviderConfig
-
-from spotfleet.model.offering import Market, Offering
 
 PROVIDER = "gcp"
 
@@ -112,9 +112,7 @@ def instance_fields(
     if offering.market is Market.SPOT:
         scheduling.instance_termination_action = config.termination_action
     if config.max_run_duration is not None:
-        scheduling.max_run_duration = compute_v1.Duration(
-            seconds=int(config.max_run_duration.total_seconds())
-        )
+        scheduling.max_run_duration = compute_v1.Duration(seconds=int(config.max_run_duration.total_seconds()))
         scheduling.instance_termination_action = config.termination_action
     nic = compute_v1.NetworkInterface(network=config.network)
     if config.subnetwork:
@@ -129,9 +127,7 @@ def instance_fields(
             items=[
                 compute_v1.Items(key="startup-script", value=startup_script),
                 compute_v1.Items(key="block-project-ssh-keys", value="TRUE"),
-                compute_v1.Items(
-                    key=gcp_labels.TAGS_METADATA_KEY, value=gcp_labels.tags_metadata(tags)
-                ),
+                compute_v1.Items(key=gcp_labels.TAGS_METADATA_KEY, value=gcp_labels.tags_metadata(tags)),
             ]
         ),
         "shielded_instance_config": compute_v1.ShieldedInstanceConfig(
@@ -162,9 +158,7 @@ def instance_fields(
         ]
     if config.service_account:
         fields["service_accounts"] = [
-            compute_v1.ServiceAccount(
-                email=config.service_account, scopes=list(config.service_account_scopes)
-            )
+            compute_v1.ServiceAccount(email=config.service_account, scopes=list(config.service_account_scopes))
         ]
     if config.network_tags:
         fields["tags"] = compute_v1.Tags(items=list(config.network_tags))
@@ -176,9 +170,7 @@ def _instance_type(instance: compute_v1.Instance) -> str:
     accelerators = list(instance.guest_accelerators)
     if machine_type.startswith("n1-") and accelerators:
         accel = accelerators[0]
-        return (
-            f"{machine_type}+{accel.accelerator_count}x{accel.accelerator_type.rsplit('/', 1)[-1]}"
-        )
+        return f"{machine_type}+{accel.accelerator_count}x{accel.accelerator_type.rsplit('/', 1)[-1]}"
     return machine_type
 
 

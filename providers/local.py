@@ -26,14 +26,14 @@ from typing import Any
 
 import psutil
 import yaml
-from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
-from spotfleet.providers.local_host import kill_session
 
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.errors import InstanceNotFound, NotOwned, QuotaExceeded
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.offering import Market, Offerings
+from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
+from spotfleet.providers.local_host import kill_session
 
 # A few real shapes from each cloud (catalog zone ids), small to large.
 LOCAL_SHAPES: dict[str, tuple[str, ...]] = {

@@ -8,17 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from spotfleet.providers.base import Provider
 
 from spotfleet.clock import Clock
 from spotfleet.errors import InvalidSpec
 from spotfleet.model.spec import format_validation_error
+from spotfleet.providers.base import Provider
 
 
 def _local(options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path) -> Provider:
-    from spotfleet.providers.local import LocalProvider
-
     from spotfleet.config import LocalProviderConfig
+    from spotfleet.providers.local import LocalProvider
 
     cfg = LocalProviderConfig.model_validate(dict(options))
     return LocalProvider(state_dir=data_dir / "local-instances", cluster=cluster, clock=clock,

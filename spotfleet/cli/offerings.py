@@ -25,9 +25,7 @@ CONFIG = typer.Option(None, "--config", "-c", help="controller config YAML (prov
 REGIONS = typer.Option([], "--region", help="region(s) to list (repeatable)")
 
 
-def _aws_offerings(
-    *, config_path: Path | None, regions: list[str], endpoint_url: str | None
-) -> tuple[Any, list[str]]:
+def _aws_offerings(*, config_path: Path | None, regions: list[str], endpoint_url: str | None) -> tuple[Any, list[str]]:
     from pydantic import ValidationError
 
     from spotfleet.clock import SystemClock
@@ -71,7 +69,9 @@ def _offerings_for(
         return local_offerings(), ["local instances mirror real shapes priced from the bundled catalog"]
     from spotfleet.catalog import load_catalog
 
-    return load_catalog((provider,)), [f"{provider}: bundled catalog prices (no live {provider} prices in this command)"]
+    return load_catalog((provider,)), [
+        f"{provider}: bundled catalog prices (no live {provider} prices in this command)"
+    ]
 
 
 def _age(observed_at: Any, now: Any) -> str:

@@ -28,6 +28,9 @@ from urllib.parse import parse_qs
 
 import boto3
 from botocore.awsrequest import AWSResponse
+
+from spotfleet.catalog import load_catalog
+from spotfleet.model.offering import Market, Offering
 from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
 from spotfleet.providers.base import (
     TAG_JOB_IDS,
@@ -35,9 +38,6 @@ from spotfleet.providers.base import (
     AgentBootstrap,
     LaunchRequest,
 )
-
-from spotfleet.catalog import load_catalog
-from spotfleet.model.offering import Market, Offering
 
 REGION = "us-east-1"
 CLUSTER = "test-cluster"
@@ -85,7 +85,12 @@ class CatalogPrices:
             if o.region != REGION or o.zone not in zone_of:
                 continue
             zone = zone_of[o.zone]
-            newer = (o.instance_type, zone, round(o.price_per_hour * self.LIVE_FACTOR, 6), self.now - timedelta(hours=1))
+            newer = (
+                o.instance_type,
+                zone,
+                round(o.price_per_hour * self.LIVE_FACTOR, 6),
+                self.now - timedelta(hours=1),
+            )
             older = (o.instance_type, zone, o.price_per_hour, self.now - timedelta(days=2))
             # Alternate the order so "latest wins" cannot rely on response order.
             self.points.extend([newer, older] if len(self.points) % 4 else [older, newer])
@@ -101,7 +106,7 @@ class CatalogPrices:
         wanted = {v[0] for k, v in form.items() if k.startswith("InstanceType.")}
         start = int(form.get("NextToken", ["0"])[0])
         matching = [p for p in self.points if not wanted or p[0] in wanted]
-        page = matching[start:start + self.page_size]
+        page = matching[start : start + self.page_size]
         items = "".join(
             f"<item><instanceType>{t}</instanceType><productDescription>Linux/UNIX</productDescription>"
             f"<spotPrice>{p:.6f}</spotPrice><timestamp>{ts.strftime('%Y-%m-%dT%H:%M:%S.000Z')}</timestamp>"
@@ -216,7 +221,9 @@ def make_config(moto: str, *, subnets: dict[str, list[str]] | None = None, **ove
     return AwsProviderConfig(**fields)
 
 
-def eventbridge_event(detail_type: str, detail: dict[str, Any], *, source: str = "aws.ec2", resources: list[str] | None = None) -> dict[str, Any]:
+def eventbridge_event(
+    detail_type: str, detail: dict[str, Any], *, source: str = "aws.ec2", resources: list[str] | None = None
+) -> dict[str, Any]:
     return {"Source": source, "DetailType": detail_type, "Detail": json.dumps(detail), "Resources": resources or []}
 
 
@@ -256,5 +263,7 @@ def run_foreign(ec2: Any, *, tags: dict[str, str] | None = None) -> str:
     """An instance spotfleet did not launch (untagged, or another cluster's)."""
     kwargs: dict[str, Any] = {"ImageId": AMI, "MinCount": 1, "MaxCount": 1, "InstanceType": "g5.xlarge"}
     if tags:
-        kwargs["TagSpecifications"] = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+        kwargs["TagSpecifications"] = [
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ]
     return str(ec2.run_instances(**kwargs)["Instances"][0]["InstanceId"])

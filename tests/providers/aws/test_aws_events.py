@@ -9,6 +9,10 @@ from typing import Any
 import boto3
 import pytest
 from aws_moto import CLUSTER, REGION, http_response, make_config, pick, request, run_foreign
+
+from spotfleet.clock import FakeClock
+from spotfleet.errors import Throttled
+from spotfleet.model.events import NoticeKind
 from spotfleet.providers.aws import AwsProvider
 from spotfleet.providers.aws_events import (
     HEALTH,
@@ -17,10 +21,6 @@ from spotfleet.providers.aws_events import (
     STATE_CHANGE,
     parse_message,
 )
-
-from spotfleet.clock import FakeClock
-from spotfleet.errors import Throttled
-from spotfleet.model.events import NoticeKind
 
 RULE_PATTERN = {
     "source": ["aws.ec2", "aws.health"],
@@ -42,17 +42,33 @@ def queue(moto: str, session: boto3.Session) -> str:
 
 @pytest.fixture
 def events_provider(
-    moto: str, queue: str, session: boto3.Session, clock: FakeClock, subnets: dict[str, str], catalog_prices: Any, fleet: Any
+    moto: str,
+    queue: str,
+    session: boto3.Session,
+    clock: FakeClock,
+    subnets: dict[str, str],
+    catalog_prices: Any,
+    fleet: Any,
 ) -> AwsProvider:
     zone = sorted(subnets)[0]
     config = make_config(moto, subnets={zone: [subnets[zone]]}, sqs_queue_url=queue)
     return AwsProvider(config, cluster=CLUSTER, clock=clock, session=session)
 
 
-def put(session: boto3.Session, moto: str, detail_type: str, detail: dict[str, Any], *, source: str = "aws.ec2", resources: list[str] | None = None) -> None:
+def put(
+    session: boto3.Session,
+    moto: str,
+    detail_type: str,
+    detail: dict[str, Any],
+    *,
+    source: str = "aws.ec2",
+    resources: list[str] | None = None,
+) -> None:
     events = session.client("events", endpoint_url=moto)
     result = events.put_events(
-        Entries=[{"Source": source, "DetailType": detail_type, "Detail": json.dumps(detail), "Resources": resources or []}]
+        Entries=[
+            {"Source": source, "DetailType": detail_type, "Detail": json.dumps(detail), "Resources": resources or []}
+        ]
     )
     assert result["FailedEntryCount"] == 0
 
@@ -77,7 +93,9 @@ def test_eventbridge_events_round_trip_to_instance_events(
     put(session, moto, STATE_CHANGE, {"instance-id": iid, "state": "running"})  # irrelevant
     put(session, moto, STATE_CHANGE, {"instance-id": iid, "state": "shutting-down"})
     put(
-        session, moto, HEALTH,
+        session,
+        moto,
+        HEALTH,
         {
             "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
             "eventTypeCategory": "scheduledChange",
@@ -92,7 +110,9 @@ def test_eventbridge_events_round_trip_to_instance_events(
 
     events = provider.poll_events()
     by_kind = {e.kind: e for e in events}
-    assert sorted(by_kind) == sorted([NoticeKind.SPOT_INTERRUPTION, NoticeKind.REBALANCE, NoticeKind.TERMINATED, NoticeKind.MAINTENANCE])
+    assert sorted(by_kind) == sorted(
+        [NoticeKind.SPOT_INTERRUPTION, NoticeKind.REBALANCE, NoticeKind.TERMINATED, NoticeKind.MAINTENANCE]
+    )
     assert {e.provider_instance_id for e in events} == {iid}  # the foreign instance's warning is dropped
     warning = by_kind[NoticeKind.SPOT_INTERRUPTION]
     assert warning.deadline == warning.observed_at + timedelta(minutes=2)
@@ -106,12 +126,19 @@ def test_duplicate_deliveries_are_returned_once(
     events_provider: AwsProvider, session: boto3.Session, moto: str, queue: str
 ) -> None:
     [own] = events_provider.launch(request("req-dup", pick(events_provider, "g5.xlarge")[:1]))
-    body = json.dumps({
-        "version": "0", "id": "7e0f0b2d-dup", "detail-type": SPOT_WARNING, "source": "aws.ec2",
-        "account": "123456789012", "time": "2026-03-02T12:00:00Z", "region": REGION,
-        "resources": [f"arn:aws:ec2:{REGION}:123456789012:instance/{own.provider_id}"],
-        "detail": {"instance-id": own.provider_id, "instance-action": "terminate"},
-    })
+    body = json.dumps(
+        {
+            "version": "0",
+            "id": "7e0f0b2d-dup",
+            "detail-type": SPOT_WARNING,
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": "2026-03-02T12:00:00Z",
+            "region": REGION,
+            "resources": [f"arn:aws:ec2:{REGION}:123456789012:instance/{own.provider_id}"],
+            "detail": {"instance-id": own.provider_id, "instance-action": "terminate"},
+        }
+    )
     sqs = session.client("sqs", endpoint_url=moto)
     sqs.send_message(QueueUrl=queue, MessageBody=body)
     sqs.send_message(QueueUrl=queue, MessageBody=body)
@@ -147,8 +174,12 @@ def test_messages_stay_queued_when_ownership_cannot_be_checked(
 
 def test_parse_sns_wrapped_and_ignored_events() -> None:
     inner = {
-        "id": "e1", "detail-type": REBALANCE, "source": "aws.ec2", "time": "2026-03-02T12:00:00Z",
-        "region": REGION, "detail": {"instance-id": "i-1"},
+        "id": "e1",
+        "detail-type": REBALANCE,
+        "source": "aws.ec2",
+        "time": "2026-03-02T12:00:00Z",
+        "region": REGION,
+        "detail": {"instance-id": "i-1"},
     }
     [notice] = parse_message(json.dumps({"Type": "Notification", "Message": json.dumps(inner)}))
     assert (notice.instance_id, notice.kind) == ("i-1", NoticeKind.REBALANCE)
@@ -164,7 +195,13 @@ def test_no_queue_configured_means_no_events(provider: AwsProvider) -> None:
 
 
 def test_exact_api_calls_for_one_launch_and_one_interruption(
-    moto: str, queue: str, session: boto3.Session, clock: FakeClock, subnets: dict[str, str], catalog_prices: Any, fleet: Any
+    moto: str,
+    queue: str,
+    session: boto3.Session,
+    clock: FakeClock,
+    subnets: dict[str, str],
+    catalog_prices: Any,
+    fleet: Any,
 ) -> None:
     """The calls docs/aws.md lists; a change here is a change to the IAM story and the docs."""
     calls: list[str] = []

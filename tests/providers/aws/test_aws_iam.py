@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import boto3
+
 from spotfleet.providers import aws_iam
 from spotfleet.providers.aws_iam import IMPLIED_IAM_ACTIONS, REQUIRED_IAM_ACTIONS, iam_action
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from aws_moto import CLUSTER, pick, request, run_foreign
-from spotfleet.providers.aws import AwsProvider
-from spotfleet.providers.base import TAG_CLUSTER, CloudState
 
 from spotfleet.errors import InstanceNotFound, NotOwned
 from spotfleet.model.offering import Market
+from spotfleet.providers.aws import AwsProvider
+from spotfleet.providers.base import TAG_CLUSTER, CloudState
 
 
 def state(ec2: Any, instance_id: str) -> str:

@@ -19,6 +19,11 @@ from aws_moto import (
     request,
     tagged_instances,
 )
+
+from spotfleet.bootstrap import render_bootstrap
+from spotfleet.clock import FakeClock
+from spotfleet.errors import InsufficientCapacity, PermanentError, QuotaExceeded, Throttled
+from spotfleet.model.offering import Market
 from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
 from spotfleet.providers.base import (
     TAG_CLUSTER,
@@ -26,11 +31,6 @@ from spotfleet.providers.base import (
     TAG_REQUEST_ID,
     CloudState,
 )
-
-from spotfleet.bootstrap import render_bootstrap
-from spotfleet.clock import FakeClock
-from spotfleet.errors import InsufficientCapacity, PermanentError, QuotaExceeded, Throttled
-from spotfleet.model.offering import Market
 
 
 def test_create_fleet_request_is_exactly_what_the_issue_asks(
@@ -87,7 +87,9 @@ def test_launch_template_requires_imdsv2_encrypts_volumes_and_boots_the_agent(
     assert user_data == render_bootstrap(BOOT, metadata_flavor="aws")
     assert "controller_url: http://controller.internal:8080" in user_data
     [volume_tags] = [t["Tags"] for t in data["TagSpecifications"] if t["ResourceType"] == "volume"]
-    assert {TAG_CLUSTER: CLUSTER, TAG_REQUEST_ID: "req-lt"}.items() <= {t["Key"]: t["Value"] for t in volume_tags}.items()
+    assert {TAG_CLUSTER: CLUSTER, TAG_REQUEST_ID: "req-lt"}.items() <= {
+        t["Key"]: t["Value"] for t in volume_tags
+    }.items()
 
 
 def test_on_demand_uses_lowest_price(provider: AwsProvider, fleet: FleetShim, ec2: Any) -> None:
@@ -99,7 +101,12 @@ def test_on_demand_uses_lowest_price(provider: AwsProvider, fleet: FleetShim, ec
 
 
 def test_relaunch_with_the_same_request_id_buys_nothing(
-    provider: AwsProvider, fleet: FleetShim, ec2: Any, config: AwsProviderConfig, session: boto3.Session, clock: FakeClock
+    provider: AwsProvider,
+    fleet: FleetShim,
+    ec2: Any,
+    config: AwsProviderConfig,
+    session: boto3.Session,
+    clock: FakeClock,
 ) -> None:
     req = request("req-idem", pick(provider, "g5.xlarge")[:2], count=2)
     first = provider.launch(req)
@@ -209,7 +216,9 @@ def test_existing_launch_template_gets_a_derived_version(
     assert base64.b64decode(derived["UserData"]).decode().startswith("#!/bin/bash")
     assert next(v for v in versions if v["DefaultVersion"])["VersionNumber"] == 1  # default untouched
 
-    missing = AwsProvider(make_config(moto, launch_template_name="nope-missing"), cluster=CLUSTER, clock=clock, session=session)
+    missing = AwsProvider(
+        make_config(moto, launch_template_name="nope-missing"), cluster=CLUSTER, clock=clock, session=session
+    )
     with pytest.raises(PermanentError, match="nope-missing"):
         missing.launch(request("req-missing", pick(missing, "g5.xlarge")[:1]))
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import boto3
 from aws_moto import CLUSTER, REGION, CatalogPrices, http_response, make_config
-from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
-from spotfleet.providers.aws_prices import SOURCE_CATALOG, SOURCE_PRICING_API, SOURCE_SPOT_HISTORY
 
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import FakeClock
 from spotfleet.model.offering import Market
+from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
+from spotfleet.providers.aws_prices import SOURCE_CATALOG, SOURCE_PRICING_API, SOURCE_SPOT_HISTORY
 
 
 def _catalog_on_demand() -> dict[str, float]:
@@ -20,7 +20,11 @@ def _catalog_on_demand() -> dict[str, float]:
 
 
 def test_spot_offerings_carry_live_prices_per_zone_name(
-    provider: AwsProvider, catalog_prices: CatalogPrices, config: AwsProviderConfig, zone_ids: dict[str, str], clock: FakeClock
+    provider: AwsProvider,
+    catalog_prices: CatalogPrices,
+    config: AwsProviderConfig,
+    zone_ids: dict[str, str],
+    clock: FakeClock,
 ) -> None:
     offerings = provider.offerings()
     spot = offerings.spot()
@@ -103,10 +107,16 @@ def test_failed_spot_refresh_keeps_old_prices_visibly_aging(
 
 
 def _price_list_entry(instance_type: str, price: float) -> str:
-    return json.dumps({
-        "product": {"attributes": {"instanceType": instance_type, "regionCode": REGION}},
-        "terms": {"OnDemand": {"T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": f"{price:.4f}"}}}}}},
-    })
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": instance_type, "regionCode": REGION}},
+            "terms": {
+                "OnDemand": {
+                    "T1": {"priceDimensions": {"D1": {"unit": "Hrs", "pricePerUnit": {"USD": f"{price:.4f}"}}}}
+                }
+            },
+        }
+    )
 
 
 def test_on_demand_prices_from_the_price_list_api(
@@ -121,7 +131,9 @@ def test_on_demand_prices_from_the_price_list_api(
         filters = {f["Field"]: f["Value"] for f in query["Filters"]}
         instance_type = filters["instanceType"]
         entries = [_price_list_entry(instance_type, live[instance_type])] if instance_type in live else []
-        return http_response(200, json.dumps({"PriceList": entries, "FormatVersion": "aws_v1"}).encode(), "application/x-amz-json-1.1")
+        return http_response(
+            200, json.dumps({"PriceList": entries, "FormatVersion": "aws_v1"}).encode(), "application/x-amz-json-1.1"
+        )
 
     session.events.register("before-send.pricing.GetProducts", pricing)
     zone = sorted(subnets)[0]

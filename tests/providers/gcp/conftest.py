@@ -10,23 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from gce_server import ComputeServer, FakeCompute
 from google.auth.credentials import AnonymousCredentials
-from spotfleet.providers.base import (
-    TAG_CLUSTER,
-    TAG_INSTANCE_ID,
-    TAG_REQUEST_ID,
-    AgentBootstrap,
-    LaunchRequest,
-)
-from spotfleet.providers.gcp import GcpProvider
-from spotfleet.providers.gcp_config import GcpProviderConfig
 
 from spotfleet.clock import FakeClock
-from spotfleet.model.offering import Market, Offering
-
-ZONES = ("us-central1-a", "us-central1-b", "us-east4-a")
-CLUSTER = "prod-train"
+from spotfleet.providers.gcp import GcpProvider
+from spotfleet.providers.gcp_config import GcpProviderConfig
+from tests.providers.gcp.gce_server import ComputeServer, FakeCompute
+from tests.providers.gcp.gcp_support import CLUSTER, ZONES
 
 
 @pytest.fixture
@@ -69,34 +59,3 @@ def make_provider(gce_server: ComputeServer, clock: FakeClock) -> Callable[..., 
 @pytest.fixture
 def provider(make_provider: Callable[..., GcpProvider]) -> GcpProvider:
     return make_provider()
-
-
-def offering_in(
-    provider: GcpProvider, instance_type: str, zone: str, market: Market = Market.SPOT
-) -> Offering:
-    found = provider.offerings().find(f"gcp:{market.value}:{instance_type}:{zone}")
-    assert found is not None, f"no offering {instance_type} in {zone}"
-    return found
-
-
-def launch_request(
-    offering: Offering,
-    *,
-    request_id: str = "req-01HZX3K5",
-    count: int = 1,
-    alternatives: tuple[Offering, ...] = (),
-    cluster: str = CLUSTER,
-) -> LaunchRequest:
-    return LaunchRequest(
-        request_id=request_id,
-        offering=offering,
-        bootstrap=AgentBootstrap(
-            controller_url="https://controller.internal:8443",
-            agent_token="tok-secret",
-            spotfleet_version="0.1.0",
-            cluster=cluster,
-        ),
-        tags={TAG_CLUSTER: cluster, TAG_REQUEST_ID: request_id, TAG_INSTANCE_ID: "i-Node/7"},
-        count=count,
-        alternatives=alternatives,
-    )

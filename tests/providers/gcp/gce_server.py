@@ -75,9 +75,7 @@ def _now() -> str:
 class ApiError(Exception):
     """An error the server answers in Google's JSON error envelope."""
 
-    def __init__(
-        self, status: int, reason: str, message: str, *, retry_after: int | None = None
-    ) -> None:
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.reason, self.message, self.retry_after = (
             status,
@@ -134,9 +132,7 @@ def parse_filter(text: str) -> list[tuple[str, str, str]]:
                 "invalid",
                 f"Invalid value for field 'filter': '{text}'. Invalid list filter expression.",
             )
-        clauses.append(
-            (m.group(1), m.group(2), m.group(3) if m.group(3) is not None else m.group(4))
-        )
+        clauses.append((m.group(1), m.group(2), m.group(3) if m.group(3) is not None else m.group(4)))
     return clauses
 
 
@@ -186,9 +182,7 @@ class FakeCompute:
     calls: list[Call] = field(default_factory=list)
     _faults: dict[str, list[ApiError | tuple[str, int, str]]] = field(default_factory=dict)
     _request_ids: dict[str, tuple[str, str]] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(
-        default_factory=lambda: itertools.count(7_331_234_567_890_123_456)
-    )
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(7_331_234_567_890_123_456))
     _polls: dict[tuple[str, str], int] = field(default_factory=dict)
     _pending_errors: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
@@ -225,9 +219,7 @@ class FakeCompute:
         with self.lock:
             self.instances[(zone, name)]["status"] = status
 
-    def add_foreign_instance(
-        self, zone: str, name: str, *, labels: dict[str, str] | None = None
-    ) -> None:
+    def add_foreign_instance(self, zone: str, name: str, *, labels: dict[str, str] | None = None) -> None:
         """An instance spotfleet did not create (the provider must refuse to touch it)."""
         with self.lock:
             self._create(
@@ -306,9 +298,7 @@ class FakeCompute:
                 "zone": self._link(zone),
                 "selfLink": self._link(zone, "instances", name),
                 "creationTimestamp": _now(),
-                "machineType": self._link(
-                    zone, "machineTypes", body["machineType"].rsplit("/", 1)[-1]
-                ),
+                "machineType": self._link(zone, "machineTypes", body["machineType"].rsplit("/", 1)[-1]),
                 "labelFingerprint": "42WmSpB8rSM=",
                 "fingerprint": "x4ZCszmLxPk=",
             }
@@ -335,9 +325,7 @@ class FakeCompute:
                 f"The resource 'projects/{self.project}/zones/{zone}' was not found",
             )
 
-    def _paginate(
-        self, kind: str, items: list[dict[str, Any]], query: dict[str, str], zone: str
-    ) -> dict[str, Any]:
+    def _paginate(self, kind: str, items: list[dict[str, Any]], query: dict[str, str], zone: str) -> dict[str, Any]:
         size = min(int(query.get("maxResults", 500)), self.page_size)
         start = int(query.get("pageToken") or 0)
         page = items[start : start + size]
@@ -455,9 +443,7 @@ class FakeCompute:
         if self.stale_lists > 0:
             self.stale_lists -= 1
             return self._paginate("compute#instanceList", [], query, zone)
-        items = [
-            i for (z, _), i in sorted(self.instances.items()) if z == zone and matches(i, clauses)
-        ]
+        items = [i for (z, _), i in sorted(self.instances.items()) if z == zone and matches(i, clauses)]
         return self._paginate("compute#instanceList", items, query, zone)
 
     def delete(self, zone: str, name: str, query: dict[str, str]) -> dict[str, Any]:
@@ -594,9 +580,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers = {"Retry-After": str(err.retry_after)} if err.retry_after else {}
             self._send(err.status, err.body(), headers)
 
-    def _send(
-        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=UTF-8")

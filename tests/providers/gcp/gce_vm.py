@@ -27,11 +27,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import yaml
-from gce_server import FakeCompute
 
 from spotfleet.agent.agent import Agent
 from spotfleet.agent.config import AgentConfig
 from spotfleet.clock import SystemClock
+from tests.providers.gcp.gce_server import FakeCompute
 
 NOTICE = timedelta(seconds=30)
 
@@ -66,9 +66,7 @@ class GcpMetadataServer:
                     timeout = float(query.get("timeout_sec", ["30"])[0])
                     seen = outer.values[key]
                     with outer._changed:
-                        outer._changed.wait_for(
-                            lambda: outer._closing or outer.values[key] != seen, timeout=timeout
-                        )
+                        outer._changed.wait_for(lambda: outer._closing or outer.values[key] != seen, timeout=timeout)
                 self._send(200, outer.values[key])
 
             def _send(self, status: int, text: str) -> None:
@@ -82,9 +80,7 @@ class GcpMetadataServer:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self._thread.start()
 
     @property
@@ -112,9 +108,7 @@ class MetadataPreemptionWatcher(threading.Thread):
         self.agent, self.url = agent, metadata_url
 
     def run(self) -> None:
-        with httpx.Client(
-            base_url=self.url, headers={"Metadata-Flavor": "Google"}, timeout=40
-        ) as http:
+        with httpx.Client(base_url=self.url, headers={"Metadata-Flavor": "Google"}, timeout=40) as http:
             while not self.agent.stopped.is_set():
                 try:
                     resp = http.get(
@@ -125,9 +119,7 @@ class MetadataPreemptionWatcher(threading.Thread):
                     return
                 if resp.status_code == 200 and resp.text.strip() == "TRUE":
                     now = self.agent.clock.now()
-                    self.agent.notice(
-                        kind="spot_interruption", deadline=now + NOTICE, source="gce-metadata"
-                    )
+                    self.agent.notice(kind="spot_interruption", deadline=now + NOTICE, source="gce-metadata")
                     return
 
 
@@ -170,9 +162,7 @@ class VmFleet:
 
     def sync(self) -> None:
         with self.compute.lock:
-            instances = {
-                k: dict(v) for k, v in self.compute.instances.items() if v["status"] == "RUNNING"
-            }
+            instances = {k: dict(v) for k, v in self.compute.instances.items() if v["status"] == "RUNNING"}
         for key in [k for k in self.vms if k not in instances]:
             self.vms.pop(key).kill()
         for key, inst in instances.items():

@@ -10,16 +10,15 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-from conftest import CLUSTER
-from gce_server import FakeCompute
-from spotfleet.policies.simple import SimplePolicy
-from spotfleet.providers.gcp import GcpProvider
-
 from spotfleet.clock import FakeClock
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.spec import JobSpec
+from spotfleet.policies.simple import SimplePolicy
+from spotfleet.providers.gcp import GcpProvider
 from spotfleet.store import Store
+from tests.providers.gcp.gce_server import FakeCompute
+from tests.providers.gcp.gcp_support import CLUSTER
 
 EAST = "gcp:spot:a3-highgpu-8g:us-east4-a"  # $20.04/h: the cheapest 8×H100 spot pool configured
 CENTRAL = "gcp:spot:a3-highgpu-8g:us-central1-a"  # $26.83/h: next-cheapest (ties broken by key)

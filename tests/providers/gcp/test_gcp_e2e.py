@@ -26,13 +26,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from conftest import CLUSTER, ZONES
-from gce_server import ComputeServer, FakeCompute
-from gce_vm import VmFleet
 from google.auth.credentials import AnonymousCredentials
-from spotfleet.policies.simple import SimplePolicy
-from spotfleet.providers.gcp import GcpProvider
-from spotfleet.providers.gcp_config import GcpProviderConfig
 
 from spotfleet.api.app import create_app
 from spotfleet.clock import SystemClock
@@ -40,7 +34,13 @@ from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.job import JobState
 from spotfleet.model.spec import JobSpec
+from spotfleet.policies.simple import SimplePolicy
+from spotfleet.providers.gcp import GcpProvider
+from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.store import Store
+from tests.providers.gcp.gce_server import ComputeServer, FakeCompute
+from tests.providers.gcp.gce_vm import VmFleet
+from tests.providers.gcp.gcp_support import CLUSTER, ZONES
 
 pytestmark = pytest.mark.e2e
 STEPS = 60
@@ -60,9 +60,7 @@ def api_port() -> int:
 @pytest.fixture
 def controller(tmp_path: Path, gce_server: ComputeServer, api_port: int) -> Iterator[Controller]:
     clock = SystemClock()
-    config = GcpProviderConfig(
-        project=gce_server.compute.project, zones=ZONES, api_endpoint=gce_server.endpoint
-    )
+    config = GcpProviderConfig(project=gce_server.compute.project, zones=ZONES, api_endpoint=gce_server.endpoint)
     provider = GcpProvider(config, cluster=CLUSTER, clock=clock, credentials=AnonymousCredentials())
     store = Store(f"sqlite:///{tmp_path / 'spotfleet.db'}")
     store.migrate()
@@ -77,9 +75,7 @@ def controller(tmp_path: Path, gce_server: ComputeServer, api_port: int) -> Iter
         heartbeat_seconds=0.2,
     )
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(ctl), host="127.0.0.1", port=api_port, log_level="warning", lifespan="off"
-        )
+        uvicorn.Config(create_app(ctl), host="127.0.0.1", port=api_port, log_level="warning", lifespan="off")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -103,9 +99,7 @@ def fleet(gce: FakeCompute, tmp_path: Path) -> Iterator[VmFleet]:
 def test_preempted_spot_job_resumes_in_another_zone_and_nothing_is_left(
     controller: Controller, gce: FakeCompute, fleet: VmFleet, tmp_path: Path
 ) -> None:
-    def run_until(
-        condition: Callable[[], bool], what: str, *, timeout: float = 40.0, step: bool = True
-    ) -> None:
+    def run_until(condition: Callable[[], bool], what: str, *, timeout: float = 40.0, step: bool = True) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if step:
@@ -168,9 +162,7 @@ def test_preempted_spot_job_resumes_in_another_zone_and_nothing_is_left(
     run_until(lambda: not gce.instances and not fleet.vms, "the fleet to drain")
     assert controller.providers["gcp"].list_instances() == []
     assert not first.alive
-    preempted = [
-        o for o in gce.operations.values() if o["operationType"] == "compute.instances.preempted"
-    ]
+    preempted = [o for o in gce.operations.values() if o["operationType"] == "compute.instances.preempted"]
     assert len(preempted) == 1
     events = {e.kind for e in controller.store.events(limit=500)}
     assert "instance.launch_failed" not in events

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from conftest import launch_request, offering_in
-from gce_server import ApiError, FakeCompute, quota_error, stockout_error, throttle_error
-from spotfleet.providers.gcp import GcpProvider
 
 from spotfleet.errors import (
     InstanceNotFound,
@@ -14,12 +11,13 @@ from spotfleet.errors import (
     QuotaExceeded,
     Throttled,
 )
+from spotfleet.providers.gcp import GcpProvider
+from tests.providers.gcp.gce_server import ApiError, FakeCompute, quota_error, stockout_error, throttle_error
+from tests.providers.gcp.gcp_support import launch_request, offering_in
 
 
 @pytest.mark.parametrize("how", ["http", "operation"])
-def test_stockout_names_exactly_that_offering(
-    provider: GcpProvider, gce: FakeCompute, how: str
-) -> None:
+def test_stockout_names_exactly_that_offering(provider: GcpProvider, gce: FakeCompute, how: str) -> None:
     gce.stockout("us-central1-a", how=how)
     offering = offering_in(provider, "a3-highgpu-8g", "us-central1-a")
     with pytest.raises(InsufficientCapacity) as info:
@@ -28,9 +26,7 @@ def test_stockout_names_exactly_that_offering(
     assert not gce.instances
 
 
-def test_multi_zone_launch_skips_the_stocked_out_zone(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_multi_zone_launch_skips_the_stocked_out_zone(provider: GcpProvider, gce: FakeCompute) -> None:
     """us-central1-a answers stockouts; the next acceptable zone is used in the same call."""
     gce.stockout("us-central1-a", how="http")
     first = offering_in(provider, "a3-highgpu-8g", "us-central1-a")
@@ -66,20 +62,12 @@ def test_all_zones_out_names_every_offering_tried(provider: GcpProvider, gce: Fa
     ],
     ids=["http", "operation"],
 )
-def test_quota_exceeded(
-    provider: GcpProvider, gce: FakeCompute, fault: ApiError | tuple[str, int, str]
-) -> None:
+def test_quota_exceeded(provider: GcpProvider, gce: FakeCompute, fault: ApiError | tuple[str, int, str]) -> None:
     gce.fail_next("instances.insert", fault)
     second = offering_in(provider, "a3-highgpu-8g", "us-central1-b")
     with pytest.raises(QuotaExceeded, match="exceeded"):
-        provider.launch(
-            launch_request(
-                offering_in(provider, "a3-highgpu-8g", "us-central1-a"), alternatives=(second,)
-            )
-        )
-    assert (
-        len(gce.calls_to("POST", "/instances")) == 1
-    )  # quota is not a reason to spray other zones
+        provider.launch(launch_request(offering_in(provider, "a3-highgpu-8g", "us-central1-a"), alternatives=(second,)))
+    assert len(gce.calls_to("POST", "/instances")) == 1  # quota is not a reason to spray other zones
 
 
 def test_rate_limit_is_throttled_with_retry_after(provider: GcpProvider, gce: FakeCompute) -> None:
@@ -90,17 +78,13 @@ def test_rate_limit_is_throttled_with_retry_after(provider: GcpProvider, gce: Fa
 
 
 def test_backend_error_is_transient_not_permanent(provider: GcpProvider, gce: FakeCompute) -> None:
-    gce.fail_next(
-        "instances.list", ApiError(503, "backendError", "Internal error. Please try again.")
-    )
+    gce.fail_next("instances.list", ApiError(503, "backendError", "Internal error. Please try again."))
     with pytest.raises(Throttled):
         provider.list_instances()
     assert len(gce.calls_to("GET", "/zones/us-central1-a/instances")) == 1  # no hidden retry loop
 
 
-def test_stockout_reason_outside_launch_is_not_capacity(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_stockout_reason_outside_launch_is_not_capacity(provider: GcpProvider, gce: FakeCompute) -> None:
     gce.fail_next("instances.list", stockout_error())
     with pytest.raises(PermanentError):
         provider.list_instances()
@@ -108,9 +92,7 @@ def test_stockout_reason_outside_launch_is_not_capacity(
 
 def test_invalid_request_is_permanent(provider: GcpProvider, gce: FakeCompute) -> None:
     offering = offering_in(provider, "a2-highgpu-1g", "us-central1-a")
-    gce.machine_types["us-central1-a"] = (
-        "g2-standard-4",
-    )  # the type vanished after offerings were read
+    gce.machine_types["us-central1-a"] = ("g2-standard-4",)  # the type vanished after offerings were read
     with pytest.raises(PermanentError, match="does not exist"):
         provider.launch(launch_request(offering))
 
@@ -123,12 +105,8 @@ def test_get_unknown_is_instance_not_found(provider: GcpProvider) -> None:
         provider.get("not-a-gcp-id")
 
 
-def test_operation_resource_not_found_maps_to_instance_not_found(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
-    [inst] = provider.launch(
-        launch_request(offering_in(provider, "g2-standard-4", "us-central1-a"))
-    )
+def test_operation_resource_not_found_maps_to_instance_not_found(provider: GcpProvider, gce: FakeCompute) -> None:
+    [inst] = provider.launch(launch_request(offering_in(provider, "g2-standard-4", "us-central1-a")))
     gce.fail_next("instances.get", ApiError(404, "notFound", "The resource was not found"))
     with pytest.raises(InstanceNotFound):
         provider.get(inst.provider_id)

@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from conftest import launch_request, offering_in
-from gce_server import FakeCompute
-from spotfleet.providers.gcp import GcpProvider
-
 from spotfleet.clock import FakeClock
 from spotfleet.model.events import NoticeKind
+from spotfleet.providers.gcp import GcpProvider
+from tests.providers.gcp.gce_server import FakeCompute
+from tests.providers.gcp.gcp_support import launch_request, offering_in
 
 
 def _one(provider: GcpProvider, zone: str = "us-central1-a", request_id: str = "r1") -> str:
-    [inst] = provider.launch(
-        launch_request(offering_in(provider, "g2-standard-4", zone), request_id=request_id)
-    )
+    [inst] = provider.launch(launch_request(offering_in(provider, "g2-standard-4", zone), request_id=request_id))
     return inst.provider_id
 
 
@@ -35,9 +32,7 @@ def test_preemption_with_delete_gives_interruption_then_terminated(
     assert notice.source == "gce-operation" and op["name"] in notice.detail
     assert notice.deadline == datetime.fromisoformat(op["insertTime"]) + timedelta(seconds=30)
     assert notice.observed_at == clock.now()
-    assert any(
-        "operationType" in (c.query.get("filter") or "") for c in gce.calls_to("GET", "/operations")
-    )
+    assert any("operationType" in (c.query.get("filter") or "") for c in gce.calls_to("GET", "/operations"))
 
     assert provider.poll_events() == []  # de-duplicated across polls
 
@@ -55,9 +50,7 @@ def test_preemption_with_stop_reports_status_terminated(
     assert provider.poll_events() == []
 
 
-def test_other_clusters_preemptions_are_ignored(
-    make_provider: Callable[..., GcpProvider], gce: FakeCompute
-) -> None:
+def test_other_clusters_preemptions_are_ignored(make_provider: Callable[..., GcpProvider], gce: FakeCompute) -> None:
     ours, theirs = make_provider(), make_provider(cluster="other")
     pid = _one(theirs)
     gce.preempt("us-central1-a", pid.split("/")[1])
@@ -72,6 +65,4 @@ def test_a_restarted_controller_still_sees_a_deleted_vms_preemption(
     gce.preempt("us-central1-a", pid.split("/")[1])
     fresh = make_provider()
     events = fresh.poll_events()
-    assert [(e.provider_instance_id, e.kind) for e in events] == [
-        (pid, NoticeKind.SPOT_INTERRUPTION)
-    ]
+    assert [(e.provider_instance_id, e.kind) for e in events] == [(pid, NoticeKind.SPOT_INTERRUPTION)]

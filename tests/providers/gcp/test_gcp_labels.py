@@ -7,6 +7,7 @@ import uuid
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from spotfleet.providers import gcp_labels
 from spotfleet.providers.base import TAG_CLUSTER, TAG_INSTANCE_ID, TAG_REQUEST_ID
 
@@ -16,9 +17,7 @@ NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def test_ownership_tags_become_the_documented_labels() -> None:
-    labels = gcp_labels.tags_to_labels(
-        {TAG_CLUSTER: "prod", TAG_REQUEST_ID: "r-1", TAG_INSTANCE_ID: "i-2"}
-    )
+    labels = gcp_labels.tags_to_labels({TAG_CLUSTER: "prod", TAG_REQUEST_ID: "r-1", TAG_INSTANCE_ID: "i-2"})
     assert labels == {
         "spotfleet-cluster": "prod",
         "spotfleet-request-id": "r-1",
@@ -53,14 +52,14 @@ def test_metadata_round_trips_tags_exactly(tags: dict[str, str]) -> None:
 
 
 @given(st.text(max_size=80), st.text(max_size=80), st.integers(min_value=2, max_value=1000))
-def test_names_are_valid_stable_and_scoped_to_the_cluster(
-    cluster: str, request_id: str, count: int
-) -> None:
+def test_names_are_valid_stable_and_scoped_to_the_cluster(cluster: str, request_id: str, count: int) -> None:
     name = gcp_labels.instance_name(cluster, request_id)
     assert NAME.match(name) and name == gcp_labels.instance_name(cluster, request_id)
     assert name.startswith(gcp_labels.name_prefix(cluster))
     pattern = gcp_labels.bulk_name_pattern(cluster, request_id, count)
     assert NAME.match(pattern.replace("#", "0")) and pattern.count("#") >= len(str(count))
+    names = gcp_labels.launch_names(cluster, request_id, count)
+    assert len(set(names)) == count and all(NAME.match(n) for n in names)
 
 
 def test_gce_request_ids_are_uuids_stable_per_scope() -> None:

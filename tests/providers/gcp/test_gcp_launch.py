@@ -6,22 +6,19 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 
-from conftest import CLUSTER, launch_request, offering_in
-from gce_server import FakeCompute
+from spotfleet.model.offering import Market
 from spotfleet.providers.base import TAG_CLUSTER, TAG_INSTANCE_ID, TAG_REQUEST_ID, CloudState
 from spotfleet.providers.gcp import GcpProvider
 from spotfleet.providers.gcp_config import N1GpuShape
-
-from spotfleet.model.offering import Market
+from tests.providers.gcp.gce_server import FakeCompute
+from tests.providers.gcp.gcp_support import CLUSTER, launch_request, offering_in
 
 
 def _metadata(body: dict) -> dict[str, str]:
     return {i["key"]: i["value"] for i in body["metadata"]["items"]}
 
 
-def test_launch_one_spot_vm_sends_the_full_instance_shape(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_launch_one_spot_vm_sends_the_full_instance_shape(provider: GcpProvider, gce: FakeCompute) -> None:
     offering = offering_in(provider, "a2-highgpu-1g", "us-central1-a")
     [inst] = provider.launch(launch_request(offering))
 
@@ -61,15 +58,9 @@ def test_launch_one_spot_vm_sends_the_full_instance_shape(
     assert meta["block-project-ssh-keys"] == "TRUE"
     assert "controller_url: https://controller.internal:8443" in meta["startup-script"]
     assert "metadata: gcp" in meta["startup-script"]
-    assert (
-        body["serviceAccounts"][0]["email"] == "spotfleet-node@test-project.iam.gserviceaccount.com"
-    )
+    assert body["serviceAccounts"][0]["email"] == "spotfleet-node@test-project.iam.gserviceaccount.com"
     disk = body["disks"][0]
-    assert (
-        disk["boot"]
-        and disk["autoDelete"]
-        and disk["initializeParams"]["diskType"].endswith("/pd-balanced")
-    )
+    assert disk["boot"] and disk["autoDelete"] and disk["initializeParams"]["diskType"].endswith("/pd-balanced")
     assert "guestAccelerators" not in body  # A2 carries its GPUs in the machine type
 
 
@@ -96,9 +87,7 @@ def test_gce_request_id_dedupes_a_retry_that_missed_the_label_list(
     assert len(inserts) == 2 and inserts[0].query["requestId"] == inserts[1].query["requestId"]
 
 
-def test_bulk_launch_uses_bulk_insert_and_lists_through_pages(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_bulk_launch_uses_bulk_insert_and_lists_through_pages(provider: GcpProvider, gce: FakeCompute) -> None:
     gce.page_size = 2
     offering = offering_in(provider, "a3-highgpu-8g", "us-east4-a")
     instances = provider.launch(launch_request(offering, count=5))
@@ -111,15 +100,11 @@ def test_bulk_launch_uses_bulk_insert_and_lists_through_pages(
     props = bulk.body["instanceProperties"]
     assert props["machineType"] == "a3-highgpu-8g"  # bare names in InstanceProperties
     assert props["scheduling"]["provisioningModel"] == "SPOT"
-    lists = [
-        c for c in gce.calls_to("GET", "/zones/us-east4-a/instances") if "pageToken" in c.query
-    ]
+    lists = [c for c in gce.calls_to("GET", "/zones/us-east4-a/instances") if "pageToken" in c.query]
     assert lists, "the provider must follow nextPageToken"
 
 
-def test_on_demand_launch_is_standard_without_termination_action(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_on_demand_launch_is_standard_without_termination_action(provider: GcpProvider, gce: FakeCompute) -> None:
     offering = offering_in(provider, "g2-standard-8", "us-central1-a", Market.ON_DEMAND)
     [inst] = provider.launch(launch_request(offering))
     assert inst.market is Market.ON_DEMAND
@@ -132,9 +117,7 @@ def test_on_demand_launch_is_standard_without_termination_action(
     }
 
 
-def test_stop_action_and_max_run_duration(
-    make_provider: Callable[..., GcpProvider], gce: FakeCompute
-) -> None:
+def test_stop_action_and_max_run_duration(make_provider: Callable[..., GcpProvider], gce: FakeCompute) -> None:
     provider = make_provider(termination_action="STOP", max_run_duration="6h")
     provider.launch(launch_request(offering_in(provider, "g2-standard-4", "us-central1-a")))
     [call] = gce.calls_to("POST", "/instances")
@@ -143,9 +126,7 @@ def test_stop_action_and_max_run_duration(
     assert call.body["scheduling"]["maxRunDuration"] == {"seconds": "21600"}
 
 
-def test_n1_shape_attaches_guest_accelerators(
-    make_provider: Callable[..., GcpProvider], gce: FakeCompute
-) -> None:
+def test_n1_shape_attaches_guest_accelerators(make_provider: Callable[..., GcpProvider], gce: FakeCompute) -> None:
     shape = N1GpuShape(
         machine_type="n1-standard-8",
         accelerator="nvidia-tesla-t4",
@@ -175,13 +156,9 @@ def test_n1_shape_attaches_guest_accelerators(
     ]
 
 
-def test_waits_on_zone_operations_with_the_same_endpoint(
-    provider: GcpProvider, gce: FakeCompute
-) -> None:
+def test_waits_on_zone_operations_with_the_same_endpoint(provider: GcpProvider, gce: FakeCompute) -> None:
     gce.operation_polls_before_done = 2
-    [inst] = provider.launch(
-        launch_request(offering_in(provider, "g2-standard-4", "us-central1-a"))
-    )
+    [inst] = provider.launch(launch_request(offering_in(provider, "g2-standard-4", "us-central1-a")))
     assert inst.state is CloudState.RUNNING
     waits = gce.calls_to("POST", "/wait")
     assert len(waits) == 2 and "/zones/us-central1-a/operations/" in waits[0].path
@@ -192,12 +169,20 @@ def test_unfinished_operation_returns_a_pending_instance(
 ) -> None:
     provider = make_provider(operation_wait_rounds=1)
     gce.operation_polls_before_done = 5
-    gce.fail_next(
-        "instances.insert", ("ZONE_RESOURCE_POOL_EXHAUSTED", 503, "later")
-    )  # decided, not yet reported
-    [inst] = provider.launch(
-        launch_request(offering_in(provider, "g2-standard-4", "us-central1-a"))
-    )
+    gce.fail_next("instances.insert", ("ZONE_RESOURCE_POOL_EXHAUSTED", 503, "later"))  # decided, not yet reported
+    [inst] = provider.launch(launch_request(offering_in(provider, "g2-standard-4", "us-central1-a")))
     assert inst.state is CloudState.PENDING
     assert inst.provider_id.startswith("us-central1-a/sf-")
     assert inst.tags[TAG_REQUEST_ID] == "req-01HZX3K5" and inst.tags[TAG_INSTANCE_ID] == "i-Node/7"
+
+
+def test_unfinished_bulk_returns_pending_instances_named_like_bulk_insert(
+    make_provider: Callable[..., GcpProvider], gce: FakeCompute
+) -> None:
+    provider = make_provider(operation_wait_rounds=1)
+    offering = offering_in(provider, "g2-standard-8", "us-central1-b")
+    gce.operation_polls_before_done = 5
+    gce.stale_lists = 2  # the idempotency lookup and the post-launch list both miss the new VMs
+    pending = provider.launch(launch_request(offering, count=3))
+    assert [i.state for i in pending] == [CloudState.PENDING] * 3
+    assert sorted(i.provider_id for i in pending) == sorted(i.provider_id for i in provider.list_instances())
