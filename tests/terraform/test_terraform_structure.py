@@ -73,3 +73,40 @@ def test_module_readme_covers_inputs_outputs_and_cost(cloud: str) -> None:
         assert f"`{var}`" in readme, f"modules/{cloud}/README.md does not document input {var}"
     for out in module.outputs:
         assert f"`{out}`" in readme, f"modules/{cloud}/README.md does not document output {out}"
+
+
+# Longest cluster name each module's validation allows, and the cloud's limit on derived names.
+NAME_LIMITS = {
+    "aws": (41, {"aws_cloudwatch_event_rule": 64, "aws_iam_role": 64, "aws_iam_instance_profile": 128,
+                 "aws_sqs_queue": 80, "aws_launch_template": 128, "aws_security_group": 255}),
+    "gcp": (24, {"google_compute_firewall": 63, "google_compute_instance": 63, "google_compute_address": 63}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("cloud", sorted(MODULES))
+def test_derived_names_fit_the_clouds_limits_for_the_longest_cluster(cloud: str) -> None:
+    longest, limits = NAME_LIMITS[cloud]
+    module = Module(MODULES[cloud])
+    condition = module.variables["cluster"]["validation"][0]["condition"]
+    assert f"{{0,{longest - 1}}}" in condition, "keep NAME_LIMITS in step with the cluster validation"
+    cluster = "c" * longest
+    local_name = f"spotfleet-{cluster}"
+    keys = {"aws": lambda: module.locals["event_patterns"], "gcp": lambda: {}}[cloud]()
+    checked = 0
+    for r in module.resources():
+        if r.type not in limits:
+            continue
+        name = r.body.get("name") or r.body.get("name_prefix")
+        assert isinstance(name, str), r.address
+        names = [name.replace("${local.name}", local_name).replace("${var.cluster}", cluster)]
+        if "${each.key}" in name:
+            names = [names[0].replace("${each.key}", key) for key in keys]
+        for final in names:
+            assert "${" not in final, f"{r.address}: cannot evaluate {name}"
+            assert len(final) <= limits[r.type], f"{r.address}: {final} is {len(final)} > {limits[r.type]}"
+            checked += 1
+    assert checked >= 5
+    if cloud == "gcp":
+        prefix = module.resource("google_compute_instance_template", "worker").body["name_prefix"]
+        # The google provider takes name_prefix up to 54 characters.
+        assert len(prefix.replace("${local.name}", local_name)) <= 54

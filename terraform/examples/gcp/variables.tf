@@ -25,8 +25,8 @@ variable "cluster" {
   default     = "prod"
 
   validation {
-    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,40}$", var.cluster))
-    error_message = "cluster: lowercase letters, digits and '-', at most 41 characters."
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,23}$", var.cluster))
+    error_message = "cluster: lowercase letters, digits and '-', at most 24 characters."
   }
 }
 

@@ -3,9 +3,10 @@
 # Only EventBridge, and only from these rules, may send to it.
 
 locals {
-  # detail-type → the rule's event pattern. Keys name the rules.
+  # Rule name suffix → its event pattern. Short keys keep spotfleet-<cluster>-<key>
+  # within EventBridge's 64 characters for the longest cluster name (41).
   event_patterns = {
-    spot-interruption = {
+    spot = {
       source        = ["aws.ec2"]
       "detail-type" = ["EC2 Spot Instance Interruption Warning"]
     }
@@ -13,13 +14,13 @@ locals {
       source        = ["aws.ec2"]
       "detail-type" = ["EC2 Instance Rebalance Recommendation"]
     }
-    state-change = {
+    state = {
       source        = ["aws.ec2"]
       "detail-type" = ["EC2 Instance State-change Notification"]
       # The provider acts on these two states only; the others would be noise.
       detail = { state = ["shutting-down", "terminated"] }
     }
-    scheduled-change = {
+    health = {
       source        = ["aws.health"]
       "detail-type" = ["AWS Health Event"]
       detail = {

@@ -13,9 +13,11 @@ variable "cluster" {
   type        = string
 
   validation {
-    # Same rule as spotfleet.config.Config.cluster (also a valid label value).
-    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,40}$", var.cluster))
-    error_message = "cluster: lowercase letters, digits and '-', starting with a letter or digit, at most 41 characters."
+    # spotfleet.config.Config.cluster's rule (also a valid label value), but at
+    # most 24 characters: the longest name derived from it
+    # (spotfleet-<cluster>-workers-deny-ingress) must fit GCP's 63.
+    condition     = can(regex("^[a-z0-9][a-z0-9-]{0,23}$", var.cluster))
+    error_message = "cluster: lowercase letters, digits and '-', starting with a letter or digit, at most 24 characters (GCP resource names are limited to 63)."
   }
 }
 
