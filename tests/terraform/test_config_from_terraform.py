@@ -132,3 +132,22 @@ def test_not_json_says_how_to_make_it(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["config", "from-terraform", str(src)])
     assert result.exit_code == 2
     assert "terraform output -json" in result.output
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_the_controller_instance_config_needs_the_token_its_service_reads(
+    cloud: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The controller instance runs the output plus api.host and data_dir (module local controller_config),
+    # and gets SPOTFLEET_API_TOKEN from SSM / Secret Manager in its start script.
+    expr = module(cloud).locals["controller_config"]
+    assert 'host = "0.0.0.0"' in expr and 'data_dir = "/var/lib/spotfleet"' in expr
+    value = outputs(cloud)["spotfleet_config"]["value"]
+    config = {**value, "data_dir": "/var/lib/spotfleet", "api": {**value["api"], "host": "0.0.0.0"}}
+    path = tmp_path / "spotfleet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(InvalidSpec, match="without an API token"):
+        load_config(path)
+    monkeypatch.setenv("SPOTFLEET_API_TOKEN", "t0ken")
+    loaded = load_config(path)
+    assert loaded.api.host == "0.0.0.0" and loaded.api.token == "t0ken"
