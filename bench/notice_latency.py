@@ -86,7 +86,9 @@ class Node:
         self.server: MetadataServer
         if self.flavor == "aws":
             self.server = AwsImdsServer(instance_id=f"i-{self.index:04d}", zone="us-east-1a").start()
-            self.watcher: AwsImdsWatcher | GcpMetadataWatcher = AwsImdsWatcher(self.server.url, clock=self.clock, interval=self.interval)
+            self.watcher: AwsImdsWatcher | GcpMetadataWatcher = AwsImdsWatcher(
+                self.server.url, clock=self.clock, interval=self.interval
+            )
         else:
             self.server = GcpMetadataServer(instance_id=f"{self.index}", zone="us-central1-a").start()
             self.watcher = GcpMetadataWatcher(self.server.url, clock=self.clock)
@@ -101,7 +103,9 @@ class Node:
                 progress_file=self.root / "progress.json",
             ),
         }
-        self.proc = subprocess.Popen([sys.executable, "-c", JOB], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", JOB], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"job {self.index} did not start")
@@ -203,7 +207,9 @@ def main() -> int:
         "  metadata → watcher event": [s.detect for s in samples],
         "  event → handler (file+signal)": [s.deliver for s in samples],
     }
-    print(f"notice latency: {len(samples)} notices, {nodes_n} nodes, {args.flavor}, poll {args.interval:g} s, {elapsed:.1f} s wall")
+    print(
+        f"notice latency: {len(samples)} notices, {nodes_n} nodes, {args.flavor}, poll {args.interval:g} s, {elapsed:.1f} s wall"
+    )
     print(f"{'':34} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8}")
     for name, values in rows.items():
         cells = " ".join(f"{percentile(values, q) * 1000:7.1f}ms" for q in (50, 90, 99, 100))

@@ -425,7 +425,9 @@ def latest() -> CheckpointFile | None:
     return default().latest()
 
 
-def report_progress(*, step: int | None = None, samples_per_s: float | None = None, force: bool = False, **extra: Any) -> None:
+def report_progress(
+    *, step: int | None = None, samples_per_s: float | None = None, force: bool = False, **extra: Any
+) -> None:
     default().report_progress(step=step, samples_per_s=samples_per_s, force=force, **extra)
 
 

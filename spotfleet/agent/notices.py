@@ -419,7 +419,11 @@ class GcpMetadataWatcher(_PollingWatcher):
     def _check_preempted(self) -> list[InstanceEvent]:
         params: dict[str, str] = {}
         if self._preempted_etag is not None:  # the first read answers at once: a VM preempted before we started
-            params = {"wait_for_change": "true", "last_etag": self._preempted_etag, "timeout_sec": f"{self.wait_timeout:g}"}
+            params = {
+                "wait_for_change": "true",
+                "last_etag": self._preempted_etag,
+                "timeout_sec": f"{self.wait_timeout:g}",
+            }
         response = self._get("instance/preempted", params=params)
         value = response.text.strip().upper()
         if value not in ("TRUE", "FALSE"):
@@ -471,7 +475,9 @@ def watcher_for(
     if flavor == "aws":
         return AwsImdsWatcher(base_url, provider=provider or "aws", instance_id=instance_id, clock=clock, sleep=sleep)
     if flavor == "gcp":
-        return GcpMetadataWatcher(base_url, provider=provider or "gcp", instance_id=instance_id, clock=clock, sleep=sleep)
+        return GcpMetadataWatcher(
+            base_url, provider=provider or "gcp", instance_id=instance_id, clock=clock, sleep=sleep
+        )
     raise InvalidSpec("metadata", f"unknown metadata flavor {flavor!r}; use aws or gcp")
 
 

@@ -140,7 +140,14 @@ def escalation_times(*, now: datetime, deadline: datetime, grace: timedelta) -> 
 def notice_payload(event: InstanceEvent, *, now: datetime) -> dict[str, Any]:
     """The JSON the job reads from its notice file for a cloud notice."""
     exit_after = event.deadline is not None and event.kind is not NoticeKind.REBALANCE
-    return _notice_json(event.kind.value, deadline=event.deadline, now=now, exit_after=exit_after, source=event.source, detail=event.detail)
+    return _notice_json(
+        event.kind.value,
+        deadline=event.deadline,
+        now=now,
+        exit_after=exit_after,
+        source=event.source,
+        detail=event.detail,
+    )
 
 
 def _notice_json(
@@ -220,7 +227,9 @@ class NoticeDelivery:
                 self._next_periodic.pop(target.job_id, None)  # no more periodic requests: it is leaving
             write_atomic(target.notice_file, json.dumps(notice_payload(event, now=now)).encode(), durable=False)
             sent = self._signal(target, target.signal)
-            action = DeliveryAction(target.job_id, ActionKind.NOTICE if sent else ActionKind.EXITED, now, event.kind.value)
+            action = DeliveryAction(
+                target.job_id, ActionKind.NOTICE if sent else ActionKind.EXITED, now, event.kind.value
+            )
             if not sent:
                 delivery.phase = Phase.EXITED
             delivery.history.append(action)
@@ -243,7 +252,9 @@ class NoticeDelivery:
             self._next_periodic[job_id] = now + target.interval
             if not target.is_running():
                 continue
-            payload = _notice_json(PERIODIC_KIND, deadline=None, now=now, exit_after=False, source="agent", detail="periodic")
+            payload = _notice_json(
+                PERIODIC_KIND, deadline=None, now=now, exit_after=False, source="agent", detail="periodic"
+            )
             write_atomic(target.notice_file, json.dumps(payload).encode(), durable=False)
             if self._signal(target, target.signal):
                 actions.append(DeliveryAction(job_id, ActionKind.PERIODIC, now, PERIODIC_KIND))

@@ -33,12 +33,14 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import config_cmd, demo, jobs, offerings, server
+    from spotfleet.cli import config_cmd, demo, explain, jobs, local, offerings, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     offerings.register(app)
+    local.register(app)
+    explain.register(app)
     config_cmd.register(app)
 
 

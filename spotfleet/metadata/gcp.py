@@ -79,7 +79,9 @@ class GcpMetadataServer(MetadataServer):
         elif kind == "maintenance":
             event = action or "TERMINATE_ON_HOST_MAINTENANCE"
             if event not in MAINTENANCE_EVENTS:
-                raise UnsupportedNotice(f"unknown maintenance event {event!r}; use one of {', '.join(MAINTENANCE_EVENTS)}")
+                raise UnsupportedNotice(
+                    f"unknown maintenance event {event!r}; use one of {', '.join(MAINTENANCE_EVENTS)}"
+                )
             self._dynamic[MAINTENANCE_KEY] = event
         else:
             raise UnsupportedNotice(f"GCE has no {kind} notice; use spot or maintenance")

@@ -24,5 +24,7 @@ def imds(clock: FakeClock) -> Iterator[AwsImdsServer]:
 
 @pytest.fixture
 def gce(clock: FakeClock) -> Iterator[GcpMetadataServer]:
-    with GcpMetadataServer(instance_id="4520031799277581759", name="worker-1", zone="us-central1-a", clock=clock) as server:
+    with GcpMetadataServer(
+        instance_id="4520031799277581759", name="worker-1", zone="us-central1-a", clock=clock
+    ) as server:
         yield server

@@ -129,7 +129,9 @@ def test_notice_file_decides_whether_to_exit(env: dict[str, str], tmp_path: Path
 
 def test_a_stale_notice_without_a_signal_is_ignored(env: dict[str, str], tmp_path: Path) -> None:
     """A notice left from an earlier attempt must not stop the resumed one at its first save."""
-    (tmp_path / "notice.json").write_text(json.dumps({"kind": "spot_interruption", "deadline": "2026-03-01T12:02:00Z", "exit": True}))
+    (tmp_path / "notice.json").write_text(
+        json.dumps({"kind": "spot_interruption", "deadline": "2026-03-01T12:02:00Z", "exit": True})
+    )
     ck = Checkpointer(env=env)
     ck.save_json({}, step=1)
     assert ck.notice() is not None and not ck.should_exit()
@@ -145,7 +147,9 @@ def test_a_stale_notice_without_a_signal_is_ignored(env: dict[str, str], tmp_pat
         ({"kind": "drain", "deadline": "2026-03-01T12:02:00Z", "exit": False}, False),
     ],
 )
-def test_notice_without_an_exit_field_is_inferred(env: dict[str, str], tmp_path: Path, payload: dict[str, object], exit_after: bool) -> None:
+def test_notice_without_an_exit_field_is_inferred(
+    env: dict[str, str], tmp_path: Path, payload: dict[str, object], exit_after: bool
+) -> None:
     (tmp_path / "notice.json").write_text(json.dumps(payload))
     notice = Checkpointer(env=env).notice()
     assert notice is not None and notice.exit is exit_after

@@ -45,7 +45,9 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
             time.sleep(0.01)
         delivery = NoticeDelivery(clock=clock)
         now = clock.now()
-        notice = InstanceEvent("local", "i-1", NoticeKind.SPOT_INTERRUPTION, now, now + timedelta(seconds=120), source="imds")
+        notice = InstanceEvent(
+            "local", "i-1", NoticeKind.SPOT_INTERRUPTION, now, now + timedelta(seconds=120), source="imds"
+        )
         delivery.deliver(notice, [JobTarget.for_process("torch", proc, notice_file=tmp_path / "notice.json")])
         assert proc.wait(timeout=60) == CHECKPOINTED_EXIT_CODE
     finally:

@@ -92,11 +92,15 @@ def runs() -> Iterator[list[Run]]:
 
 def notice(clock: FakeClock | SystemClock, seconds: float = 120) -> InstanceEvent:
     now = clock.now()
-    return InstanceEvent("local", "i-1", NoticeKind.SPOT_INTERRUPTION, now, now + timedelta(seconds=seconds), source="imds")
+    return InstanceEvent(
+        "local", "i-1", NoticeKind.SPOT_INTERRUPTION, now, now + timedelta(seconds=seconds), source="imds"
+    )
 
 
 def test_counter_checkpoints_on_notice_and_resumes_exactly(tmp_path: Path, clock: FakeClock, runs: list[Run]) -> None:
-    run = Run(tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS, "--checkpoint-every", "100")
+    run = Run(
+        tmp_path, "train_counter.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS, "--checkpoint-every", "100"
+    )
     runs.append(run)
     delivery = NoticeDelivery(clock=clock)
     delivery.track(run.start())
@@ -117,7 +121,16 @@ def test_counter_checkpoints_on_notice_and_resumes_exactly(tmp_path: Path, clock
 
 def test_job_ignoring_the_signal_loses_at_most_one_interval(tmp_path: Path, clock: FakeClock, runs: list[Run]) -> None:
     every = 20
-    run = Run(tmp_path, "ignore_signal.py", "--steps", str(STEPS), "--step-seconds", STEP_SECONDS, "--checkpoint-every", str(every))
+    run = Run(
+        tmp_path,
+        "ignore_signal.py",
+        "--steps",
+        str(STEPS),
+        "--step-seconds",
+        STEP_SECONDS,
+        "--checkpoint-every",
+        str(every),
+    )
     runs.append(run)
     delivery = NoticeDelivery(clock=clock)
     delivery.track(run.start())
@@ -158,7 +171,9 @@ def test_notice_from_the_metadata_endpoint_to_a_resumed_job(tmp_path: Path, runs
             return bool(events)
 
         until(noticed)
-        assert [(e.kind, e.provider, e.provider_instance_id) for e in events] == [(NoticeKind.SPOT_INTERRUPTION, "local", "i-42")]
+        assert [(e.kind, e.provider, e.provider_instance_id) for e in events] == [
+            (NoticeKind.SPOT_INTERRUPTION, "local", "i-42")
+        ]
         delivery.deliver(events[0])
         assert run.wait() == CHECKPOINTED_EXIT_CODE
     run.start()

@@ -61,7 +61,9 @@ class Jobs:
         self.tmp_path = tmp_path
         self.procs: list[subprocess.Popen[str]] = []
 
-    def start(self, script: str, *args: str, job_id: str = "job-1", grace: float = 10, interval: float | None = None) -> tuple[subprocess.Popen[str], JobTarget]:
+    def start(
+        self, script: str, *args: str, job_id: str = "job-1", grace: float = 10, interval: float | None = None
+    ) -> tuple[subprocess.Popen[str], JobTarget]:
         root = self.tmp_path / job_id
         root.mkdir(exist_ok=True)
         env = {
@@ -75,7 +77,9 @@ class Jobs:
                 progress_file=root / "progress.json",
             ),
         }
-        proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.procs.append(proc)
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -115,9 +119,15 @@ def spot(deadline_s: float = 120, kind: NoticeKind = NoticeKind.SPOT_INTERRUPTIO
 
 def test_escalation_times() -> None:
     d = START + timedelta(seconds=120)
-    assert escalation_times(now=START, deadline=d, grace=timedelta(seconds=10)) == (d - timedelta(seconds=10), d - timedelta(seconds=5))
+    assert escalation_times(now=START, deadline=d, grace=timedelta(seconds=10)) == (
+        d - timedelta(seconds=10),
+        d - timedelta(seconds=5),
+    )
     d = START + timedelta(seconds=8)  # a notice shorter than two graces: the job keeps half of it
-    assert escalation_times(now=START, deadline=d, grace=timedelta(seconds=10)) == (d - timedelta(seconds=4), d - timedelta(seconds=2))
+    assert escalation_times(now=START, deadline=d, grace=timedelta(seconds=10)) == (
+        d - timedelta(seconds=4),
+        d - timedelta(seconds=2),
+    )
 
 
 def test_cooperative_job_checkpoints_and_exits_85(jobs: Jobs, delivery: NoticeDelivery, clock: FakeClock) -> None:
@@ -144,7 +154,9 @@ def test_cooperative_job_checkpoints_and_exits_85(jobs: Jobs, delivery: NoticeDe
     assert delivery.delivery("job-1").phase is Phase.EXITED  # type: ignore[union-attr]
 
 
-def test_job_ignoring_the_signal_gets_sigterm_at_deadline_minus_grace(jobs: Jobs, delivery: NoticeDelivery, clock: FakeClock) -> None:
+def test_job_ignoring_the_signal_gets_sigterm_at_deadline_minus_grace(
+    jobs: Jobs, delivery: NoticeDelivery, clock: FakeClock
+) -> None:
     proc, target = jobs.start(IGNORES_NOTICE, grace=10)
     delivery.deliver(spot(120), [target])
     clock.advance(109.9)

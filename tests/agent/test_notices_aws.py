@@ -30,7 +30,9 @@ def test_no_notice_no_event_and_identity_learned(watcher: AwsImdsWatcher) -> Non
     assert watcher.stats.errors == 0
 
 
-def test_spot_interruption_reported_exactly_once(watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock) -> None:
+def test_spot_interruption_reported_exactly_once(
+    watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock
+) -> None:
     watcher.poll()
     imds.announce("spot", 120)
     [event] = watcher.poll()
@@ -44,7 +46,9 @@ def test_spot_interruption_reported_exactly_once(watcher: AwsImdsWatcher, imds: 
     assert watcher.poll() == []  # still the same notice
 
 
-def test_a_notice_that_goes_and_comes_back_is_new(watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock) -> None:
+def test_a_notice_that_goes_and_comes_back_is_new(
+    watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock
+) -> None:
     imds.announce("spot", 120)
     assert len(watcher.poll()) == 1
     imds.clear("spot")
@@ -97,7 +101,9 @@ def test_all_three_at_once(watcher: AwsImdsWatcher, imds: AwsImdsServer) -> None
     assert kinds == [NoticeKind.SPOT_INTERRUPTION, NoticeKind.REBALANCE, NoticeKind.MAINTENANCE]
 
 
-def test_one_token_for_many_polls_refreshed_before_expiry(watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock) -> None:
+def test_one_token_for_many_polls_refreshed_before_expiry(
+    watcher: AwsImdsWatcher, imds: AwsImdsServer, clock: FakeClock
+) -> None:
     for _ in range(5):
         watcher.poll()
     assert watcher.stats.token_fetches == 1

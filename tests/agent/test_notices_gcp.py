@@ -44,7 +44,9 @@ def test_first_poll_answers_at_once_and_learns_identity(watcher: GcpMetadataWatc
     assert gce.requests_to("/computeMetadata/v1/instance/preempted")
 
 
-def test_preemption_reported_once_with_a_30s_deadline(watcher: GcpMetadataWatcher, gce: GcpMetadataServer, clock: FakeClock) -> None:
+def test_preemption_reported_once_with_a_30s_deadline(
+    watcher: GcpMetadataWatcher, gce: GcpMetadataServer, clock: FakeClock
+) -> None:
     watcher.poll()
     clock.advance(7)
     gce.announce("spot")
@@ -57,7 +59,9 @@ def test_preemption_reported_once_with_a_30s_deadline(watcher: GcpMetadataWatche
         assert other.poll() == []  # and only once
 
 
-def test_hanging_request_returns_the_moment_the_vm_is_preempted(watcher: GcpMetadataWatcher, gce: GcpMetadataServer) -> None:
+def test_hanging_request_returns_the_moment_the_vm_is_preempted(
+    watcher: GcpMetadataWatcher, gce: GcpMetadataServer
+) -> None:
     watcher.poll()
     seen: list[InstanceEvent] = []
     poller = threading.Thread(target=lambda: seen.extend(watcher.poll()))
@@ -96,7 +100,9 @@ def test_maintenance_events(watcher: GcpMetadataWatcher, gce: GcpMetadataServer)
     assert events[1].deadline == START + timedelta(seconds=60)
 
 
-def test_503_backs_off_then_recovers_without_losing_the_notice(watcher: GcpMetadataWatcher, gce: GcpMetadataServer) -> None:
+def test_503_backs_off_then_recovers_without_losing_the_notice(
+    watcher: GcpMetadataWatcher, gce: GcpMetadataServer
+) -> None:
     watcher.poll()
     gce.announce("spot")
     gce.faults.fail_next(4, status=503)

@@ -31,7 +31,9 @@ def until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
 def test_flavor_header_is_required(gce: GcpMetadataServer) -> None:
     response = httpx.get(gce.url + "/computeMetadata/v1/instance/id")
     assert response.status_code == 403
-    response = httpx.get(gce.url + "/computeMetadata/v1/instance/id", headers={"Metadata-Flavor": "Google", "X-Forwarded-For": "1.2.3.4"})
+    response = httpx.get(
+        gce.url + "/computeMetadata/v1/instance/id", headers={"Metadata-Flavor": "Google", "X-Forwarded-For": "1.2.3.4"}
+    )
     assert response.status_code == 403
 
 
@@ -58,7 +60,9 @@ def test_preempted_flips_and_etag_follows_the_value(client: httpx.Client, gce: G
 
 def test_wait_for_change_hangs_until_the_value_changes(client: httpx.Client, gce: GcpMetadataServer) -> None:
     result: list[str] = []
-    waiter = threading.Thread(target=lambda: result.append(client.get(PREEMPTED, params={"wait_for_change": "true"}).text))
+    waiter = threading.Thread(
+        target=lambda: result.append(client.get(PREEMPTED, params={"wait_for_change": "true"}).text)
+    )
     waiter.start()
     until(lambda: gce.waiting == 1)
     assert result == []  # still hanging
@@ -109,7 +113,12 @@ def test_stop_releases_waiters() -> None:
 
     def wait() -> None:
         try:
-            response = httpx.get(server.url + PREEMPTED, params={"wait_for_change": "true"}, headers={"Metadata-Flavor": "Google"}, timeout=10)
+            response = httpx.get(
+                server.url + PREEMPTED,
+                params={"wait_for_change": "true"},
+                headers={"Metadata-Flavor": "Google"},
+                timeout=10,
+            )
             result.append(response.status_code)
         except httpx.HTTPError:
             result.append(-1)
