@@ -33,7 +33,7 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, explain, jobs, local, offerings, server
+    from spotfleet.cli import config_cmd, demo, explain, jobs, local, offerings, server
 
     jobs.register(app)
     server.register(app)
@@ -41,6 +41,7 @@ def _register() -> None:
     local.register(app)
     explain.register(app)
     offerings.register(app)
+    config_cmd.register(app)
 
 
 _register()
