@@ -107,7 +107,7 @@ def _maybe_interrupt(service: Any, job_id: str) -> str | None:
     total = (job.progress.get("extra") or {}).get("total_steps") or 0
     if not job.instance_ids or not total or (job.progress.get("step") or 0) < total / 3:
         return None
-    instance_id = job.instance_ids[0]
+    instance_id: str = job.instance_ids[0]
     service.controller.interrupt(instance_id, kind=NoticeKind.SPOT_INTERRUPTION, notice=timedelta(seconds=8))
     return instance_id
 
