@@ -33,13 +33,15 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, explain, jobs, local, server, simulate
+    from spotfleet.cli import config_cmd, demo, explain, jobs, local, offerings, server, simulate
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     local.register(app)
     explain.register(app)
+    offerings.register(app)
+    config_cmd.register(app)
     simulate.register(app)
 
 
