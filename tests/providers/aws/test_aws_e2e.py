@@ -220,7 +220,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         assert checkpointed, log  # the agent drained the job with a checkpoint
         resumed_from = int(checkpointed.group(1))
         assert resumed_from >= 30
-        assert f"starting at step {resumed_from} of 200 (attempt 2)" in log  # resumed, not restarted
+        assert f"attempt 2: starting at step {resumed_from} of 200" in log  # resumed, not restarted
 
         # 5. nothing spotfleet launched is left running in moto
         def all_gone() -> bool:
