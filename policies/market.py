@@ -7,8 +7,9 @@ Which markets a job may use:
 - ``opportunistic`` → spot only: it waits when no spot is usable or affordable;
 - ``normal`` without a deadline → both, the ranking decides (the hazard term
   makes spot pay for its expected interruptions);
-- a job with a ``deadline`` → a Uniform Progress policy (Can't Be Late,
-  Wu et al., NSDI'24), see ``deadline_market``.
+- a job with a ``deadline`` → the slack-reserve policy of ``deadline_market``
+  (greedy spot use in every allowed zone, never giving up the slack a reclaim
+  and a return to spot need; after Can't Be Late, Wu et al., NSDI'24).
 
 Budgets are spend-rate caps in USD/hour, global and per tenant. Spend is the
 price of every live instance (they bill until gone) plus every launch in the
@@ -52,6 +53,7 @@ def decide_market(
     expected_hours: float | None,
     knobs: Knobs,
     last_market: Market | None = None,
+    spot_available: bool | None = None,
 ) -> MarketDecision:
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
@@ -61,7 +63,8 @@ def decide_market(
     if spec.priority is Priority.OPPORTUNISTIC:
         return MarketDecision(SPOT_ONLY, "opportunistic jobs run on spot only (wait for cheap capacity)")
     if spec.deadline is not None:
-        return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market)
+        return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market,
+                               spot_available=spot_available)  # fmt: skip
     return MarketDecision(EITHER, "no deadline: spot or on-demand by expected cost per unit of work")
 
 
@@ -77,6 +80,61 @@ def progress_hours(job: Job, expected_hours: float) -> float:
     return 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class DeadlineThresholds:
+    """Slack levels (hours) that drive a deadline job's market; see ``deadline_market``.
+
+    ``slack`` is the time left before the deadline minus the work left: how
+    many hours the job may still spend not making progress. With ``d`` the
+    restart delay, ``lost`` the work an unplanned interruption may throw away
+    (the checkpoint interval; everything done when the job does not checkpoint)
+    and ``m`` the margin (decision granularity):
+
+    - ``reserve = d + lost + m``: what a job *on spot* must keep — if it is
+      reclaimed now it loses ``lost``, then restarts on on-demand (``d``);
+    - ``start = d + reserve``: what starting (or returning to) spot needs — its
+      own restart, then the reserve;
+    - ``back = start + m``: a job running on on-demand moves back to spot only
+      with this much (the band ``m`` is the hysteresis: the move costs ``d``
+      of slack, so a job can never bounce straight back);
+    - ``wait = back + d``: an idle job waits for spot only above this, so that
+      when it must fall back to on-demand (paying ``d``) it still holds
+      ``back`` and can return to spot when spot comes back.
+    """
+
+    slack: float
+    restart: float
+    lost: float
+    margin: float
+
+    @property
+    def reserve(self) -> float:
+        return self.restart + self.lost + self.margin
+
+    @property
+    def start(self) -> float:
+        return self.restart + self.reserve
+
+    @property
+    def back(self) -> float:
+        return self.start + self.margin
+
+    @property
+    def wait(self) -> float:
+        return self.back + self.restart
+
+
+def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs: Knobs) -> DeadlineThresholds:
+    spec = job.spec
+    assert spec.deadline is not None
+    done = progress_hours(job, expected_hours)
+    left = (spec.deadline - now).total_seconds() / 3600.0
+    interval = spec.checkpoint.interval
+    lost = interval.total_seconds() / 3600.0 if interval is not None else done
+    margin = knobs.deadline_margin_h if knobs.deadline_margin_h is not None else knobs.restart_delay_h
+    return DeadlineThresholds(left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, margin)
+
+
 def deadline_market(
     job: Job,
     *,
@@ -84,55 +142,47 @@ def deadline_market(
     expected_hours: float | None,
     knobs: Knobs,
     last_market: Market | None = None,
+    spot_available: bool | None = None,
 ) -> MarketDecision:
-    """Uniform Progress with a safety net and hysteresis.
+    """Slack-reserve deadline policy for a job that is not running (``DeadlineThresholds``).
 
-    With ``C`` the expected work (hours), ``done`` the work done, the schedule
-    expects ``C·(now − submitted)/(deadline − submitted)`` by now. In order:
+    1. slack ≥ ``wait`` → spot only: wait (idle) for spot in any allowed zone
+       rather than pay on-demand — the slack can still absorb the wait, a
+       fallback to on-demand and one more return to spot;
+    2. ``start`` ≤ slack < ``wait`` → spot if any allowed zone has it now,
+       else on-demand (waiting would spend slack a later return needs);
+    3. slack < ``start`` → on-demand: even one spot start could no longer
+       survive a reclaim.
 
-    1. *safety net* — ``slack = (deadline − now) − (C − done)``; when it no
-       longer covers one more interruption (restart delay + the work lost since
-       the last checkpoint: the interval, or everything done when the job does
-       not checkpoint) → on-demand;
-    2. *behind* — done + margin < expected → on-demand, to catch up;
-    3. *hysteresis* — last ran on on-demand and not yet ahead by the margin →
-       stay on on-demand (no flapping at the boundary);
-    4. otherwise *ahead* → spot only: it waits rather than pay on-demand while
-       the schedule allows.
-
-    The margin is ``knobs.deadline_margin_h`` (default one restart delay).
-    Unknown duration → on-demand: without ``C`` nothing can be promised.
+    Safety: spot is entered only with ``start`` of slack, so after its restart
+    the job holds ``reserve`` — enough for a reclaim (``lost``) plus an
+    on-demand restart (``d``) with ``m`` to spare; idle, the job never lets the
+    slack fall below ``start`` before falling back. On-demand never runs out
+    (the one assumption), so no deadline is missed. ``spot_available`` says
+    whether a usable spot offering exists now (None: unknown → the ranking
+    decides between spot and on-demand in rule 2). ``last_market`` is accepted
+    for callers' convenience; the decision does not depend on it.
+    Unknown duration → on-demand: without the work nothing can be promised.
     """
-    spec = job.spec
-    assert spec.deadline is not None
-    if expected_hours is None:
+    if job.spec.deadline is None or expected_hours is None:
         return MarketDecision(ON_DEMAND_ONLY, "deadline but no expected duration: on-demand", urgent=True)
-    done = progress_hours(job, expected_hours)
-    remaining = max(0.0, expected_hours - done)
-    left = (spec.deadline - now).total_seconds() / 3600.0
-    slack = left - remaining
-    interval = spec.checkpoint.interval
-    lost = interval.total_seconds() / 3600.0 if interval is not None else done
-    interruption = knobs.restart_delay_h + lost
-    if slack <= interruption:
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    if t.slack < t.start:
         return MarketDecision(
             ON_DEMAND_ONLY,
-            f"deadline slack {slack:.2f} h no longer covers an interruption ({interruption:.2f} h): on-demand",
+            f"deadline slack {t.slack:.2f} h no longer covers a spot start and a reclaim "
+            f"({t.start:.2f} h): on-demand",
             urgent=True,
         )
-    total = (spec.deadline - job.created_at).total_seconds() / 3600.0
-    elapsed = (now - job.created_at).total_seconds() / 3600.0
-    expected_done = expected_hours * min(1.0, max(0.0, elapsed / total)) if total > 0 else expected_hours
-    margin = knobs.deadline_margin_h if knobs.deadline_margin_h is not None else knobs.restart_delay_h
-    if done + margin < expected_done:
+    if t.slack >= t.wait:
+        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h ≥ {t.wait:.2f} h: spot, waiting if none")
+    if spot_available is True:
+        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: spot while available")
+    if spot_available is False:
         return MarketDecision(
-            ON_DEMAND_ONLY,
-            f"behind uniform progress ({done:.2f} h done < {expected_done:.2f} h expected): on-demand",
-            urgent=True,
+            ON_DEMAND_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h and no spot now: on-demand"
         )
-    if last_market is Market.ON_DEMAND and done < expected_done + margin:
-        return MarketDecision(ON_DEMAND_ONLY, "on-demand until safely ahead of uniform progress (hysteresis)")
-    return MarketDecision(SPOT_ONLY, f"ahead of uniform progress with {slack:.2f} h slack: spot")
+    return MarketDecision(EITHER, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: spot if available, else on-demand")
 
 
 def has_progress(job: Job) -> bool:
@@ -145,20 +195,37 @@ def should_leave_spot(job: Job, *, now: datetime, expected_hours: float | None, 
     Can't Be Late's argument: an unplanned interruption costs the restart
     delay *plus* the work since the last checkpoint; a planned move (checkpoint,
     then restart on on-demand) costs only the restart delay. So when the slack
-    no longer covers an interruption but still covers a restart, move now —
-    later it would be too late either way. Only for jobs that report progress:
-    without it the schedule cannot be judged and a running job is left alone.
+    falls below the ``reserve`` (an interruption plus the margin) but still
+    covers a restart, move now — later it would be too late either way. Only
+    for jobs that report progress: without it the schedule cannot be judged
+    and a running job is left alone.
     """
     spec = job.spec
     if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
         return None
-    done = progress_hours(job, expected_hours)
-    slack = (spec.deadline - now).total_seconds() / 3600.0 - max(0.0, expected_hours - done)
-    interval = spec.checkpoint.interval
-    lost = interval.total_seconds() / 3600.0 if interval is not None else done
-    if knobs.restart_delay_h < slack <= knobs.restart_delay_h + lost:
-        return (f"deadline: slack {slack:.2f} h no longer covers an interruption "
-                f"({knobs.restart_delay_h + lost:.2f} h) but covers a planned move: to on-demand")  # fmt: skip
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    if t.restart < t.slack < t.reserve:
+        return (f"deadline: slack {t.slack:.2f} h no longer covers an interruption "
+                f"({t.reserve:.2f} h with margin) but covers a planned move: to on-demand")  # fmt: skip
+    return None
+
+
+def should_return_to_spot(job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs) -> str | None:
+    """Why a RUNNING deadline job on on-demand should move back to spot now, or None.
+
+    The caller checks that a usable spot offering exists. The move is planned
+    (checkpoint, requeue, restart on spot: ``d`` of slack); it is made only
+    when the slack is at least ``back`` = ``start + m``, so that after the move
+    the job still holds the reserve for a reclaim and an on-demand restart,
+    and the hysteresis band ``m`` keeps it from bouncing. On on-demand the
+    slack stays constant, so the decision is stable until spot appears.
+    """
+    spec = job.spec
+    if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
+        return None
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    if t.slack >= t.back:
+        return f"deadline: slack {t.slack:.2f} h ≥ {t.back:.2f} h and spot is available: back to spot"
     return None
 
 

@@ -10,9 +10,11 @@ One ``decide(snapshot)`` call, in order:
 3. demands grouped by (shape, markets, economics) and planned group by group,
    critical → deadline → normal → opportunistic, oldest first, by
    ``placement.Placer`` against the live budget ledger;
-4. preemption for urgent jobs that could be neither placed nor bought, and
-   planned moves of deadline jobs off spot when their slack covers a restart
-   but no longer an interruption (``market.should_leave_spot``);
+4. planned moves of running deadline jobs: off spot when their slack covers
+   a restart but no longer a reclaim (``market.should_leave_spot``), back to
+   spot from on-demand when spot is available and the slack covers the move
+   plus a reclaim (``market.should_return_to_spot``); then preemption for
+   urgent jobs that could be neither placed nor bought;
 5. scale-down methods (emptiness → consolidation) on what is left.
 
 Commands come out in the order the executor should apply them: launches,
@@ -30,12 +32,21 @@ from typing import Any
 
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Command, Preempt, Snapshot
+from spotfleet.model.instance import InstanceState
+from spotfleet.model.job import ACTIVE_JOB_STATES
+from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
-from spotfleet.policies.market import BudgetLedger, MarketDecision, decide_market, should_leave_spot
+from spotfleet.policies.market import (
+    SPOT_ONLY,
+    BudgetLedger,
+    MarketDecision,
+    decide_market,
+    should_leave_spot,
+    should_return_to_spot,
+)
 from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_generator
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
@@ -77,18 +88,30 @@ class SpotfleetPolicy:
     def decide(self, snapshot: Snapshot) -> list[Command]:
         return self.plan(snapshot).commands
 
-    def _deadline_moves(self, snapshot: Snapshot, forecast: Forecast, result: PlanResult) -> list[Command]:
-        """Preempt (checkpoint, requeue) deadline jobs whose spot slack ran out."""
+    def _deadline_moves(
+        self, snapshot: Snapshot, forecast: Forecast, index: OfferingIndex, result: PlanResult
+    ) -> list[Command]:
+        """Planned market moves of RUNNING deadline jobs (``market.should_leave_spot``
+        and ``market.should_return_to_spot``): off spot when the slack no longer
+        covers a reclaim, back to spot from on-demand when spot is available and
+        the slack covers the move plus a reclaim. Each is a checkpoint drain
+        (``_move``); no replacement is reserved, so the requeued job is placed
+        by the market rule that asked for the move."""
         out: list[Command] = []
         for job in snapshot.jobs.values():
             if job.state is not JobState.RUNNING or job.spec.deadline is None or job.cancel_requested:
                 continue
-            if _last_market(job, snapshot) is not Market.SPOT or _threatened(job, snapshot):
+            if _threatened(job, snapshot):
                 continue
-            why = should_leave_spot(job, now=snapshot.now, expected_hours=_known_hours(job.spec, forecast),
-                                    knobs=self.knobs)  # fmt: skip
+            market = _last_market(job, snapshot)
+            hours = _known_hours(job.spec, forecast)
+            why: str | None = None
+            if market is Market.SPOT:
+                why = should_leave_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+            elif market is Market.ON_DEMAND and index.classes(shape_of(job.spec, forecast), SPOT_ONLY):
+                why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
             if why is not None:
-                out.append(Preempt(job.id, why))
+                out.extend(_move(job, snapshot, why))
                 result.notes[job.id] = why
         return out
 
@@ -108,7 +131,10 @@ class SpotfleetPolicy:
         econs: dict[tuple[Any, ...], Economics] = {}
         groups: dict[tuple[Any, ...], list[Demand]] = {}
         for job in jobs.values():
-            virtual = job.state is JobState.DRAINING or (job.state is JobState.RUNNING and _threatened(job, snapshot))
+            # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
+            # policy asked for (a planned move, a preemption) requeues the job, which is then
+            # placed by its market rule — never straight back where it was drained from.
+            virtual = job.state in (JobState.DRAINING, JobState.RUNNING) and _threatened(job, snapshot)
             if job.state is not JobState.PENDING and not virtual:
                 continue
             if job.cancel_requested:
@@ -122,12 +148,16 @@ class SpotfleetPolicy:
             econ = econs.get(ekey)
             if econ is None:
                 econ = econs[ekey] = economics_of(job, forecast, knobs)
+            spot_now: bool | None = None
+            if spec.deadline is not None:
+                spot_now = bool(index.classes(shape, SPOT_ONLY))
             decision = decide_market(
                 job,
                 now=now,
                 expected_hours=_known_hours(spec, forecast),
                 knobs=knobs,
                 last_market=_last_market(job, snapshot),
+                spot_available=spot_now,
             )
             result.markets[job.id] = decision
             d = Demand(
@@ -153,7 +183,7 @@ class SpotfleetPolicy:
         result.outcomes = placer.outcomes
 
         commands: list[Command] = [*placer.launches, *placer.binds]
-        commands.extend(self._deadline_moves(snapshot, forecast, result))
+        commands.extend(self._deadline_moves(snapshot, forecast, index, result))
         if knobs.preemption_enabled and placer.blocked:
             short: dict[str, float] = {}
             for d in placer.blocked:
@@ -177,6 +207,26 @@ class SpotfleetPolicy:
         commands.extend(down)
         result.commands = commands
         return result
+
+
+def _move(job: Job, snapshot: Snapshot, why: str) -> list[Command]:
+    """A planned move: checkpoint, requeue, restart where the market rule says.
+
+    When the job is alone on its instances they are drained (and given back
+    as soon as it has left: nothing else would use them); otherwise only the
+    job is preempted. Either way no notice is set, so no replacement is
+    reserved for it."""
+    ids = sorted({b.instance_id for b in job.bindings})
+    insts = [snapshot.instances.get(i) for i in ids]
+    alone = all(
+        inst is not None
+        and inst.state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
+        and all(j.id == job.id for j in snapshot.jobs_on(inst.id) if j.state in ACTIVE_JOB_STATES)
+        for inst in insts
+    )
+    if ids and alone:
+        return [Drain(i, why) for i in ids]
+    return [Preempt(job.id, why)]
 
 
 def _threatened(job: Job, snapshot: Snapshot) -> bool:

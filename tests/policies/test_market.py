@@ -1,14 +1,14 @@
-"""Market policy (spot vs on-demand, Uniform Progress deadlines) and budgets."""
+"""Market policy (spot vs on-demand, slack-reserve deadlines, planned moves) and budgets."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import Job
+from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Budget, Preempt
+from spotfleet.model.snapshot import Budget, Drain, Preempt
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
 from spotfleet.policies.spotfleet import SpotfleetPolicy
@@ -30,40 +30,40 @@ def _deadline_job(progress: float) -> Job:
                checkpoint={"interval": "30m"}, progress={"fraction": progress})  # fmt: skip
 
 
-def test_deadline_job_switches_to_on_demand_exactly_when_slack_runs_out() -> None:
-    # 95 % done → 12 min of work left; one interruption costs 10 min restart + 30 min of work
-    # since the last checkpoint = 40 min. slack = time left − 12 min: spot while slack > 40 min,
-    # on-demand from time left = 52 min.
+# Thresholds of _deadline_job with KNOBS (restart d = 10 min, margin m = 10 min, checkpoint 30 min):
+# reserve = d + 30 + m = 50 min, start = reserve + d = 60 min, back = start + m = 70 min, wait = back + d = 80 min.
+# At 95 % done 12 min of work remain, so slack = time left − 12 min.
+S = timedelta(seconds=1)
+
+
+def _at(d: Job, left: timedelta, **kw: Any) -> Any:
+    return decide_market(d, now=T0 + timedelta(hours=10) - left, expected_hours=4, knobs=KNOBS, **kw)
+
+
+def test_idle_deadline_job_waits_for_spot_while_the_slack_covers_a_fallback_and_a_return() -> None:
     d = _deadline_job(0.95)
-    deadline = T0 + timedelta(hours=10)
-    before = decide_market(d, now=deadline - timedelta(minutes=52, seconds=1), expected_hours=4, knobs=KNOBS)
-    at = decide_market(d, now=deadline - timedelta(minutes=52), expected_hours=4, knobs=KNOBS)
-    assert before.markets == SPOT_ONLY
-    assert at.markets == ON_DEMAND_ONLY and at.urgent
-    assert "slack" in at.reason
+    wait_edge = timedelta(minutes=92)  # slack 80 min = wait
+    assert _at(d, wait_edge + S).markets == SPOT_ONLY
+    assert _at(d, wait_edge + S, spot_available=False).markets == SPOT_ONLY  # waits: no on-demand yet
+    below = _at(d, wait_edge - S, spot_available=False)
+    assert below.markets == ON_DEMAND_ONLY and not below.urgent  # stop waiting, keep the slack for a return
+    assert _at(d, wait_edge - S, spot_available=True).markets == SPOT_ONLY  # spot while it is there
+    assert _at(d, wait_edge - S).markets == EITHER  # availability unknown: the ranking decides
 
 
-def test_deadline_job_behind_uniform_progress_goes_on_demand() -> None:
-    # at T0+5h the schedule expects 4 × 5/10 = 2 h done; 1.5 h done is behind by more than the margin
+def test_deadline_job_goes_on_demand_exactly_when_a_spot_start_could_not_survive_a_reclaim() -> None:
+    d = _deadline_job(0.95)
+    start_edge = timedelta(minutes=72)  # slack 60 min = restart + reserve
+    assert _at(d, start_edge + S, spot_available=True).markets == SPOT_ONLY
+    at = _at(d, start_edge - S, spot_available=True)
+    assert at.markets == ON_DEMAND_ONLY and at.urgent and "slack" in at.reason
+
+
+def test_idle_deadline_job_never_goes_on_demand_early_when_behind_a_uniform_line() -> None:
+    # 1.5 h of 4 done at T0+5h is behind uniform progress (2 h), but 3.5 h of slack remain: wait for spot
     d = _deadline_job(1.5 / 4)
-    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS)
-    assert decision.markets == ON_DEMAND_ONLY and "behind" in decision.reason
-    # 1.9 h done is within the 10-minute margin: still spot
-    d = _deadline_job(1.9 / 4)
-    assert decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS).markets == SPOT_ONLY
-
-
-def test_hysteresis_keeps_on_demand_until_safely_ahead() -> None:
-    # 2.1 h done vs 2 h expected: ahead, but not by the margin (10 min) → stays on on-demand
-    d = _deadline_job(2.1 / 4)
-    now = T0 + timedelta(hours=5)
-    stay = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)
-    assert stay.markets == ON_DEMAND_ONLY and "hysteresis" in stay.reason
-    assert decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.SPOT).markets == SPOT_ONLY
-    # 2.2 h done: ahead by 12 min > margin → back to spot
-    d = _deadline_job(2.2 / 4)
-    back = decide_market(d, now=now, expected_hours=4, knobs=KNOBS, last_market=Market.ON_DEMAND)
-    assert back.markets == SPOT_ONLY
+    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS, spot_available=False)
+    assert decision.markets == SPOT_ONLY
 
 
 def test_deadline_without_known_duration_runs_on_demand() -> None:
@@ -116,22 +116,103 @@ def test_tenant_budget_caps_that_tenant_only() -> None:
     assert placed == {"a0", "a1", "b0", "b1", "b2"}  # alpha: 2 × $3 ≤ $7 < 3 × $3
 
 
+def _moves(cmds: list[Any]) -> list[Any]:
+    return [c for c in cmds if isinstance(c, Preempt | Drain)]
+
+
 def test_running_deadline_job_moves_off_spot_while_a_planned_move_still_fits() -> None:
     spot = instance("spot", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0))
     deadline = T0 + timedelta(hours=10)
 
-    def on_spot(now_left_min: float) -> list[Any]:
+    def on_spot(left: timedelta) -> list[Any]:
         j = running("d", spot, (0,), deadline=deadline.isoformat(), expected_duration="4h",
                     checkpoint={"interval": "30m"}, progress={"fraction": 0.95})  # fmt: skip
-        now = deadline - timedelta(minutes=now_left_min)
-        return [c for c in SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[], now=now))
-                if isinstance(c, Preempt)]  # fmt: skip
+        return _moves(SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[], now=deadline - left)))
 
-    # 12 min of work left; interruption = 10 + 30 min; planned move = 10 min
-    assert on_spot(53) == []  # slack 41 min: an interruption is still survivable
-    assert [p.job_id for p in on_spot(52)] == ["d"]  # slack 40 min: move now
-    assert [p.job_id for p in on_spot(23)] == ["d"]  # slack 11 min: a move still fits
-    assert on_spot(22) == []  # slack 10 min: too late to move, stay and hope
+    # 12 min of work left; reserve = 10 min restart + 30 min since the checkpoint + 10 min margin
+    assert on_spot(timedelta(minutes=62) + S) == []  # slack 50 min: a reclaim is still survivable
+    (move,) = on_spot(timedelta(minutes=62) - S)  # below the reserve: move now
+    assert isinstance(move, Drain) and move.instance_id == "spot"  # alone on it: drained, then given back
+    assert move.kind is None  # a planned move, not a notice
+    assert len(on_spot(timedelta(minutes=22) + S)) == 1  # slack just over 10 min: a move still fits
+    assert on_spot(timedelta(minutes=22) - S) == []  # under a restart: too late to move, stay and hope
+
+
+def _on_demand_job(left: timedelta) -> tuple[Job, Instance, Any]:
+    od = instance("od", offering("g5.xlarge", "A10G", 1, 1.0))
+    deadline = T0 + timedelta(hours=10)
+    j = running("d", od, (0,), deadline=deadline.isoformat(), expected_duration="4h",
+                checkpoint={"interval": "30m"}, progress={"fraction": 0.95, "market": "on_demand"})  # fmt: skip
+    return j, od, deadline - left
+
+
+def test_running_on_demand_deadline_job_returns_to_spot_when_the_slack_covers_it() -> None:
+    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
+    od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
+
+    def moves(left: timedelta, *, spot_usable: bool = True) -> list[Any]:
+        j, od, now = _on_demand_job(left)
+        unavailable = {} if spot_usable else {spot.key: now + timedelta(minutes=3)}
+        snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=now, unavailable=unavailable)
+        return _moves(SpotfleetPolicy(KNOBS).decide(snap))
+
+    # back = 70 min of slack: the move (10) + a reclaim's loss (30) + an on-demand restart (10) + 2 margins (20)
+    (back,) = moves(timedelta(minutes=82) + S)
+    assert isinstance(back, Drain) and back.instance_id == "od" and "back to spot" in back.reason
+    assert moves(timedelta(minutes=82) - S) == []  # hysteresis: not enough to come back
+    assert moves(timedelta(hours=5), spot_usable=False) == []  # no spot anywhere: stay
+
+
+def test_a_shared_on_demand_instance_is_not_drained_for_one_jobs_move() -> None:
+    spot = offering("g5.xlarge", "A10G", 2, 0.3, market=Market.SPOT, on_demand=1.0)
+    od = instance("od", offering("g5.xlarge", "A10G", 2, 1.0))
+    deadline = T0 + timedelta(hours=10)
+    j = running("d", od, (0,), deadline=deadline.isoformat(), expected_duration="4h",
+                checkpoint={"interval": "30m"}, progress={"fraction": 0.5})  # fmt: skip
+    other = running("n", od, (1,))
+    (move,) = _moves(SpotfleetPolicy(KNOBS).decide(snapshot(jobs=[j, other], instances=[od], offerings=[spot])))
+    assert isinstance(move, Preempt) and move.job_id == "d"
+
+
+def test_requeued_move_lands_on_the_market_it_was_moved_for() -> None:
+    """After a planned move the job is placed by the market rule, not back where it came from."""
+    spot_offer = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
+    od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
+    idle_spot = instance("spot", spot_offer, idle_since=T0)
+    idle_od = instance("od", od_offer, idle_since=T0)
+    deadline = T0 + timedelta(hours=10)
+    # moved off spot (slack 45 min < reserve): requeued, must land on on-demand, not the idle spot box
+    off = job("d", deadline=deadline.isoformat(), expected_duration="4h", checkpoint={"interval": "30m"},
+              progress={"fraction": 0.95, "market": "spot"})  # fmt: skip
+    now = deadline - timedelta(minutes=57)
+    cmds = SpotfleetPolicy(KNOBS).decide(snapshot(jobs=[off], instances=[idle_spot, idle_od],
+                                                  offerings=[spot_offer, od_offer], now=now))  # fmt: skip
+    assert binds(cmds)["d"].bindings[0].instance_id == "od"
+    # moved back to spot (slack 75 min): lands on the idle spot box, not the on-demand one
+    back = job("d", deadline=deadline.isoformat(), expected_duration="4h", checkpoint={"interval": "30m"},
+               progress={"fraction": 0.95, "market": "on_demand"})  # fmt: skip
+    now = deadline - timedelta(minutes=87)
+    cmds = SpotfleetPolicy(KNOBS).decide(snapshot(jobs=[back], instances=[idle_spot, idle_od],
+                                                  offerings=[spot_offer, od_offer], now=now))  # fmt: skip
+    assert binds(cmds)["d"].bindings[0].instance_id == "spot"
+
+
+def test_a_planned_drain_buys_no_replacement_but_a_reclaim_notice_does() -> None:
+    spot_offer = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
+    od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
+    deadline = T0 + timedelta(hours=10)
+
+    def draining(notice: str | None) -> list[Any]:
+        inst = instance("spot", spot_offer, state=InstanceState.DRAINING)
+        inst.notice_kind = notice
+        j = running("d", inst, (0,), state=JobState.DRAINING, deadline=deadline.isoformat(),
+                    expected_duration="4h", checkpoint={"interval": "30m"}, progress={"fraction": 0.5})  # fmt: skip
+        return launches(SpotfleetPolicy(KNOBS).decide(
+            snapshot(jobs=[j], instances=[inst], offerings=[spot_offer, od_offer])))  # fmt: skip
+
+    assert draining(None) == []  # the policy's own move: the requeued job is placed by its market rule
+    (replacement,) = draining("spot_interruption")
+    assert replacement.reserved_for == "d" and replacement.offering.market is Market.SPOT
 
 
 def test_running_deadline_job_without_progress_is_left_alone() -> None:

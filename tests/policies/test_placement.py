@@ -134,9 +134,10 @@ def test_cap_model_respects_slices_memory_and_fractions() -> None:
     assert not frac.fits(half) and frac.exhausted
 
 
-def test_draining_job_reserves_replacement_capacity_without_binding() -> None:
+def test_job_draining_for_a_notice_reserves_replacement_capacity_without_binding() -> None:
     doomed = instance("old", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0),
                       state=InstanceState.DRAINING)  # fmt: skip
+    doomed.notice_kind = "spot_interruption"  # only a notice earns a replacement bought ahead
     leaving = running("d", doomed, (0,), state=JobState.DRAINING)
     spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, zone="use1-az2")
     snap = snapshot(jobs=[leaving], instances=[doomed], offerings=[spot])
