@@ -24,7 +24,11 @@ class Knobs:
 
     # --- market
     deadline_margin_h: float | None = None
-    """Hysteresis band around the uniform-progress schedule; None = one restart delay."""
+    """Deadline slack margin (decision granularity, hysteresis band); None = one restart delay."""
+    trust_notice_checkpoint: bool = True
+    """A reclaim notice is long enough for the job to checkpoint (the drain protocol), so a
+    reclaim costs a restart, not the work since the last periodic checkpoint. False: reserve
+    the checkpoint interval (everything done, without one) against a failed notice checkpoint."""
 
     # --- capacity
     unavailable_ttl_s: float = 180.0

@@ -54,6 +54,7 @@ def decide_market(
     knobs: Knobs,
     last_market: Market | None = None,
     spot_available: bool | None = None,
+    spot_hazard_per_h: float = 0.0,
 ) -> MarketDecision:
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
@@ -64,7 +65,7 @@ def decide_market(
         return MarketDecision(SPOT_ONLY, "opportunistic jobs run on spot only (wait for cheap capacity)")
     if spec.deadline is not None:
         return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market,
-                               spot_available=spot_available)  # fmt: skip
+                               spot_available=spot_available, spot_hazard_per_h=spot_hazard_per_h)  # fmt: skip
     return MarketDecision(EITHER, "no deadline: spot or on-demand by expected cost per unit of work")
 
 
@@ -97,9 +98,10 @@ class DeadlineThresholds:
     - ``back = start + m``: a job running on on-demand moves back to spot only
       with this much (the band ``m`` is the hysteresis: the move costs ``d``
       of slack, so a job can never bounce straight back);
-    - ``wait = back + d``: an idle job waits for spot only above this, so that
-      when it must fall back to on-demand (paying ``d``) it still holds
-      ``back`` and can return to spot when spot comes back.
+    - ``wait = back + d + m``: an idle job waits for spot only above this, so
+      that when it must fall back to on-demand (paying ``d``, decided up to
+      ``m`` late) it still holds ``back`` and can return to spot when spot
+      comes back.
     """
 
     slack: float
@@ -121,7 +123,7 @@ class DeadlineThresholds:
 
     @property
     def wait(self) -> float:
-        return self.back + self.restart
+        return self.back + self.restart + self.margin
 
 
 def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs: Knobs) -> DeadlineThresholds:
@@ -130,7 +132,10 @@ def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs
     done = progress_hours(job, expected_hours)
     left = (spec.deadline - now).total_seconds() / 3600.0
     interval = spec.checkpoint.interval
-    lost = interval.total_seconds() / 3600.0 if interval is not None else done
+    if knobs.trust_notice_checkpoint:
+        lost = 0.0  # the drain protocol checkpoints within the notice: a reclaim costs the restart only
+    else:
+        lost = interval.total_seconds() / 3600.0 if interval is not None else done
     margin = knobs.deadline_margin_h if knobs.deadline_margin_h is not None else knobs.restart_delay_h
     return DeadlineThresholds(left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, margin)
 
@@ -143,26 +148,33 @@ def deadline_market(
     knobs: Knobs,
     last_market: Market | None = None,
     spot_available: bool | None = None,
+    spot_hazard_per_h: float = 0.0,
 ) -> MarketDecision:
     """Slack-reserve deadline policy for a job that is not running (``DeadlineThresholds``).
 
-    1. slack ≥ ``wait`` → spot only: wait (idle) for spot in any allowed zone
-       rather than pay on-demand — the slack can still absorb the wait, a
-       fallback to on-demand and one more return to spot;
-    2. ``start`` ≤ slack < ``wait`` → spot if any allowed zone has it now,
-       else on-demand (waiting would spend slack a later return needs);
-    3. slack < ``start`` → on-demand: even one spot start could no longer
-       survive a reclaim.
+    1. slack < ``start`` → on-demand: even one spot start could no longer
+       survive a reclaim;
+    2. spot usable in any allowed zone now → spot;
+    3. no spot now, slack < ``wait`` → wait for spot: a fallback to on-demand
+       would be final (no slack left to come back), so waiting can only help
+       until rule 1 fires;
+    4. no spot now, *plenty* of slack — ``wait`` plus a round trip through
+       on-demand (``2d``) for every reclaim the remaining work expects
+       (``spot_hazard_per_h`` × work left) → wait for spot;
+    5. otherwise *ski rental*: wait as long as a round trip through on-demand
+       would cost (``2d`` of idle since the job was queued), then on-demand —
+       from which ``should_return_to_spot`` brings it back when spot returns.
+       Short outages are waited out; long ones cost on-demand instead of the
+       slack later outages need.
 
     Safety: spot is entered only with ``start`` of slack, so after its restart
     the job holds ``reserve`` — enough for a reclaim (``lost``) plus an
-    on-demand restart (``d``) with ``m`` to spare; idle, the job never lets the
-    slack fall below ``start`` before falling back. On-demand never runs out
-    (the one assumption), so no deadline is missed. ``spot_available`` says
-    whether a usable spot offering exists now (None: unknown → the ranking
-    decides between spot and on-demand in rule 2). ``last_market`` is accepted
-    for callers' convenience; the decision does not depend on it.
-    Unknown duration → on-demand: without the work nothing can be promised.
+    on-demand restart (``d``) with ``m`` to spare; idle, it leaves for
+    on-demand before the slack falls below ``start``. On-demand never runs out
+    (the one assumption), so no deadline is missed. ``spot_available``: whether
+    a usable spot offering exists now (None: unknown → the ranking decides).
+    ``last_market`` is accepted for callers' convenience; the decision does not
+    depend on it. Unknown duration → on-demand: nothing can be promised.
     """
     if job.spec.deadline is None or expected_hours is None:
         return MarketDecision(ON_DEMAND_ONLY, "deadline but no expected duration: on-demand", urgent=True)
@@ -174,15 +186,29 @@ def deadline_market(
             f"({t.start:.2f} h): on-demand",
             urgent=True,
         )
-    if t.slack >= t.wait:
-        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h ≥ {t.wait:.2f} h: spot, waiting if none")
     if spot_available is True:
-        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: spot while available")
-    if spot_available is False:
+        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h: spot while available")
+    if t.slack < t.wait:
         return MarketDecision(
-            ON_DEMAND_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h and no spot now: on-demand"
+            SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: on-demand would be final, wait for spot"
         )
-    return MarketDecision(EITHER, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: spot if available, else on-demand")
+    remaining = max(0.0, expected_hours - progress_hours(job, expected_hours))
+    plenty = t.wait + 2 * t.restart * spot_hazard_per_h * remaining
+    if t.slack >= plenty:
+        return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h ≥ {plenty:.2f} h: wait for spot")
+    idle = (now - job.state_since).total_seconds() / 3600.0 if job.state is JobState.PENDING else 0.0
+    if idle < 2 * t.restart:
+        return MarketDecision(
+            SPOT_ONLY,
+            f"deadline slack {t.slack:.2f} h, no spot now: waiting {idle:.2f} h of at most "
+            f"{2 * t.restart:.2f} h (a round trip through on-demand) before on-demand",
+        )
+    if spot_available is None:
+        return MarketDecision(EITHER, f"deadline slack {t.slack:.2f} h < {plenty:.2f} h: spot if any, else on-demand")
+    return MarketDecision(
+        ON_DEMAND_ONLY,
+        f"deadline slack {t.slack:.2f} h < {plenty:.2f} h and no spot for {idle:.2f} h: on-demand until spot returns",
+    )
 
 
 def has_progress(job: Job) -> bool:

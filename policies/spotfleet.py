@@ -130,6 +130,7 @@ class SpotfleetPolicy:
         shapes: dict[tuple[Any, ...], Shape] = {}
         econs: dict[tuple[Any, ...], Economics] = {}
         groups: dict[tuple[Any, ...], list[Demand]] = {}
+        spot_hazard: float | None = None  # the least interruption rate of any spot pool (deadline jobs)
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
             # policy asked for (a planned move, a preemption) requeues the job, which is then
@@ -151,6 +152,9 @@ class SpotfleetPolicy:
             spot_now: bool | None = None
             if spec.deadline is not None:
                 spot_now = bool(index.classes(shape, SPOT_ONLY))
+                if spot_hazard is None:
+                    spot_hazard = min((forecast.hazard(o) for o in snapshot.offerings if o.market is Market.SPOT),
+                                      default=0.0)  # fmt: skip
             decision = decide_market(
                 job,
                 now=now,
@@ -158,6 +162,7 @@ class SpotfleetPolicy:
                 knobs=knobs,
                 last_market=_last_market(job, snapshot),
                 spot_available=spot_now,
+                spot_hazard_per_h=spot_hazard or 0.0,
             )
             result.markets[job.id] = decision
             d = Demand(

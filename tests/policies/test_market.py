@@ -16,6 +16,8 @@ from spotfleet.policies.spotfleet import SpotfleetPolicy
 from .builders import T0, binds, instance, job, launches, offering, running, snapshot
 
 KNOBS = Knobs()  # restart delay 10 min, margin = restart delay
+# the worst case: a notice checkpoint may fail, so a reclaim loses the 30 min since the last checkpoint
+WORST = Knobs(trust_notice_checkpoint=False)
 
 
 def test_priority_classes_pick_markets() -> None:
@@ -30,25 +32,56 @@ def _deadline_job(progress: float) -> Job:
                checkpoint={"interval": "30m"}, progress={"fraction": progress})  # fmt: skip
 
 
-# Thresholds of _deadline_job with KNOBS (restart d = 10 min, margin m = 10 min, checkpoint 30 min):
-# reserve = d + 30 + m = 50 min, start = reserve + d = 60 min, back = start + m = 70 min, wait = back + d = 80 min.
+# Thresholds of _deadline_job with WORST (restart d = 10 min, margin m = 10 min, checkpoint 30 min):
+# reserve = d + 30 + m = 50 min, start = reserve + d = 60 min, back = start + m = 70 min,
+# wait = back + d + m = 90 min.
 # At 95 % done 12 min of work remain, so slack = time left − 12 min.
 S = timedelta(seconds=1)
 
 
 def _at(d: Job, left: timedelta, **kw: Any) -> Any:
-    return decide_market(d, now=T0 + timedelta(hours=10) - left, expected_hours=4, knobs=KNOBS, **kw)
+    return decide_market(d, now=T0 + timedelta(hours=10) - left, expected_hours=4, knobs=WORST, **kw)
 
 
-def test_idle_deadline_job_waits_for_spot_while_the_slack_covers_a_fallback_and_a_return() -> None:
-    d = _deadline_job(0.95)
-    wait_edge = timedelta(minutes=92)  # slack 80 min = wait
-    assert _at(d, wait_edge + S).markets == SPOT_ONLY
-    assert _at(d, wait_edge + S, spot_available=False).markets == SPOT_ONLY  # waits: no on-demand yet
+def test_idle_deadline_job_waits_for_spot_when_on_demand_would_be_final() -> None:
+    # below wait (90 min) a fallback to on-demand could never come back: wait for spot until start
+    d = _deadline_job(0.95)  # queued since T0: idle for hours
+    wait_edge = timedelta(minutes=102)  # slack 90 min = wait
     below = _at(d, wait_edge - S, spot_available=False)
-    assert below.markets == ON_DEMAND_ONLY and not below.urgent  # stop waiting, keep the slack for a return
-    assert _at(d, wait_edge - S, spot_available=True).markets == SPOT_ONLY  # spot while it is there
-    assert _at(d, wait_edge - S).markets == EITHER  # availability unknown: the ranking decides
+    assert below.markets == SPOT_ONLY and "final" in below.reason
+    assert _at(d, wait_edge - S, spot_available=True).markets == SPOT_ONLY
+    # at wait, with no reclaims expected (hazard 0): plenty of slack, keep waiting
+    assert _at(d, wait_edge + S, spot_available=False).markets == SPOT_ONLY
+    # with reclaims expected, slack is scarce: after a round trip's worth of idling → on-demand
+    scarce = _at(d, wait_edge + S, spot_available=False, spot_hazard_per_h=0.5)
+    assert scarce.markets == ON_DEMAND_ONLY and not scarce.urgent
+
+
+def test_ski_rental_waits_a_round_trip_for_spot_then_goes_on_demand() -> None:
+    # 5 h left, 2 h of 4 done: slack 3 h; 2 h of work left at 0.5 reclaims/h expect 1 reclaim,
+    # worth a round trip (20 min): plenty = 90 + 20 min < 3 h → waits for spot
+    deadline = T0 + timedelta(hours=10)
+    now = deadline - timedelta(hours=5)
+
+    def queued_for(minutes: float, *, done: float, hazard: float) -> Any:
+        d = job("d", deadline=deadline.isoformat(), expected_duration="4h", checkpoint={"interval": "30m"},
+                progress={"fraction": done / 4}, since=now - timedelta(minutes=minutes))  # fmt: skip
+        return decide_market(d, now=now, expected_hours=4, knobs=WORST, spot_available=False,
+                             spot_hazard_per_h=hazard)  # fmt: skip
+
+    assert queued_for(60, done=2, hazard=0.5).markets == SPOT_ONLY
+    # 0.7 h done: slack 1.7 h < plenty 90 + 33 min → ski rental: wait 2 restarts (20 min), then on-demand
+    assert queued_for(19, done=0.7, hazard=0.5).markets == SPOT_ONLY
+    gone = queued_for(21, done=0.7, hazard=0.5)
+    assert gone.markets == ON_DEMAND_ONLY and "until spot returns" in gone.reason
+
+
+def test_trusting_the_notice_checkpoint_reserves_only_restarts() -> None:
+    # the default: a reclaim costs a restart, so start = 2 restarts + margin = 30 min of slack
+    d = _deadline_job(0.95)
+    now = T0 + timedelta(hours=10) - timedelta(minutes=42)
+    assert decide_market(d, now=now - S, expected_hours=4, knobs=KNOBS, spot_available=True).markets == SPOT_ONLY
+    assert decide_market(d, now=now + S, expected_hours=4, knobs=KNOBS, spot_available=True).markets == ON_DEMAND_ONLY
 
 
 def test_deadline_job_goes_on_demand_exactly_when_a_spot_start_could_not_survive_a_reclaim() -> None:
@@ -62,7 +95,7 @@ def test_deadline_job_goes_on_demand_exactly_when_a_spot_start_could_not_survive
 def test_idle_deadline_job_never_goes_on_demand_early_when_behind_a_uniform_line() -> None:
     # 1.5 h of 4 done at T0+5h is behind uniform progress (2 h), but 3.5 h of slack remain: wait for spot
     d = _deadline_job(1.5 / 4)
-    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=KNOBS, spot_available=False)
+    decision = decide_market(d, now=T0 + timedelta(hours=5), expected_hours=4, knobs=WORST, spot_available=False)
     assert decision.markets == SPOT_ONLY
 
 
@@ -127,7 +160,8 @@ def test_running_deadline_job_moves_off_spot_while_a_planned_move_still_fits() -
     def on_spot(left: timedelta) -> list[Any]:
         j = running("d", spot, (0,), deadline=deadline.isoformat(), expected_duration="4h",
                     checkpoint={"interval": "30m"}, progress={"fraction": 0.95})  # fmt: skip
-        return _moves(SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[], now=deadline - left)))
+        snap = snapshot(jobs=[j], instances=[spot], offerings=[], now=deadline - left)
+        return _moves(SpotfleetPolicy(WORST).decide(snap))
 
     # 12 min of work left; reserve = 10 min restart + 30 min since the checkpoint + 10 min margin
     assert on_spot(timedelta(minutes=62) + S) == []  # slack 50 min: a reclaim is still survivable
@@ -154,7 +188,7 @@ def test_running_on_demand_deadline_job_returns_to_spot_when_the_slack_covers_it
         j, od, now = _on_demand_job(left)
         unavailable = {} if spot_usable else {spot.key: now + timedelta(minutes=3)}
         snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=now, unavailable=unavailable)
-        return _moves(SpotfleetPolicy(KNOBS).decide(snap))
+        return _moves(SpotfleetPolicy(WORST).decide(snap))
 
     # back = 70 min of slack: the move (10) + a reclaim's loss (30) + an on-demand restart (10) + 2 margins (20)
     (back,) = moves(timedelta(minutes=82) + S)
@@ -185,14 +219,14 @@ def test_requeued_move_lands_on_the_market_it_was_moved_for() -> None:
     off = job("d", deadline=deadline.isoformat(), expected_duration="4h", checkpoint={"interval": "30m"},
               progress={"fraction": 0.95, "market": "spot"})  # fmt: skip
     now = deadline - timedelta(minutes=57)
-    cmds = SpotfleetPolicy(KNOBS).decide(snapshot(jobs=[off], instances=[idle_spot, idle_od],
+    cmds = SpotfleetPolicy(WORST).decide(snapshot(jobs=[off], instances=[idle_spot, idle_od],
                                                   offerings=[spot_offer, od_offer], now=now))  # fmt: skip
     assert binds(cmds)["d"].bindings[0].instance_id == "od"
     # moved back to spot (slack 75 min): lands on the idle spot box, not the on-demand one
     back = job("d", deadline=deadline.isoformat(), expected_duration="4h", checkpoint={"interval": "30m"},
                progress={"fraction": 0.95, "market": "on_demand"})  # fmt: skip
     now = deadline - timedelta(minutes=87)
-    cmds = SpotfleetPolicy(KNOBS).decide(snapshot(jobs=[back], instances=[idle_spot, idle_od],
+    cmds = SpotfleetPolicy(WORST).decide(snapshot(jobs=[back], instances=[idle_spot, idle_od],
                                                   offerings=[spot_offer, od_offer], now=now))  # fmt: skip
     assert binds(cmds)["d"].bindings[0].instance_id == "spot"
 
