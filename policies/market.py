@@ -132,10 +132,10 @@ def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs
     done = progress_hours(job, expected_hours)
     left = (spec.deadline - now).total_seconds() / 3600.0
     interval = spec.checkpoint.interval
+    # trusted: the drain protocol checkpoints within the notice, so a reclaim costs the restart only
+    lost = interval.total_seconds() / 3600.0 if interval is not None else done
     if knobs.trust_notice_checkpoint:
-        lost = 0.0  # the drain protocol checkpoints within the notice: a reclaim costs the restart only
-    else:
-        lost = interval.total_seconds() / 3600.0 if interval is not None else done
+        lost = 0.0
     margin = knobs.deadline_margin_h if knobs.deadline_margin_h is not None else knobs.restart_delay_h
     return DeadlineThresholds(left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, margin)
 
@@ -182,8 +182,7 @@ def deadline_market(
     if t.slack < t.start:
         return MarketDecision(
             ON_DEMAND_ONLY,
-            f"deadline slack {t.slack:.2f} h no longer covers a spot start and a reclaim "
-            f"({t.start:.2f} h): on-demand",
+            f"deadline slack {t.slack:.2f} h no longer covers a spot start and a reclaim ({t.start:.2f} h): on-demand",
             urgent=True,
         )
     if spot_available is True:

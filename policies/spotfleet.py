@@ -30,10 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotfleet.model.job import Job, JobState
-from spotfleet.model.offering import Market
 from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import ACTIVE_JOB_STATES
+from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
+from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
