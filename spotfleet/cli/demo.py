@@ -78,6 +78,7 @@ def demo(
                     break
                 time.sleep(0.25)
         _summary(console, service, time.monotonic() - started)
+        _cost_report(console, service)
     finally:
         service.stop()
         for provider in service.providers.values():
@@ -136,6 +137,15 @@ def _summary(console: Console, service: Any, elapsed: float) -> None:
     pct = 100.0 * s.savings / s.on_demand_equivalent if s.on_demand_equivalent else 0.0
     table.add_row("saved", f"${s.savings:.4f} ({pct:.0f}%)")
     console.print(table)
+    sys.stdout.flush()
+
+
+def _cost_report(console: Console, service: Any) -> None:
+    """End with the ledger's report (what ``spotfleet cost report --by tenant --by market`` prints)."""
+    from spotfleet.cli.cost import compute_report, print_report
+
+    report = compute_report(service.store, now=service.clock.now(), by=["tenant", "market"])
+    print_report(console, report, title="spotfleet cost report --by tenant --by market")
     sys.stdout.flush()
 
 

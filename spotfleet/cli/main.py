@@ -33,11 +33,12 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import demo, jobs, server
+    from spotfleet.cli import cost, demo, jobs, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    app.add_typer(cost.app, name="cost")
 
 
 _register()

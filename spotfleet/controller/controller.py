@@ -24,6 +24,7 @@ from spotfleet.controller.plan import Plan, plan
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.controller.sync import Observation
 from spotfleet.errors import ProviderError
+from spotfleet.ledger.usage import UsageRecorder
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Checkpoint, Job, JobState
@@ -89,6 +90,7 @@ class Controller:
         self._offerings_at: datetime | None = None
         self.wake: Callable[[], None] = lambda: None
         self.last_plan: Plan | None = None
+        self.usage = UsageRecorder(store)  # progress + GPU telemetry for the cost ledger
 
     # ------------------------------------------------------------ users
 
@@ -181,6 +183,7 @@ class Controller:
         now = self.clock.now()
         self.store.record_presence(inst.id, provider_id=inst.provider_id, at=now,
                                    info={"telemetry": beat.telemetry} if beat.telemetry else {})  # fmt: skip
+        self.usage.observe(inst.id, beat, now=now)
         reports = [
             NodeReport(
                 job_id=j.job_id, attempt=j.attempt, node_rank=j.node_rank, instance_id=inst.id, status=j.status,
