@@ -44,7 +44,7 @@ def build(store: Store, *, now: datetime, rules: Mapping[str, BillingRule] | Non
             select(JobAttemptRow, JobRow.tenant, JobRow.family, JobRow.name)
             .join(JobRow, JobRow.id == JobAttemptRow.job_id)
             .order_by(JobAttemptRow.job_id, JobAttemptRow.node_rank, JobAttemptRow.attempt)
-        ).tuples())  # fmt: skip
+        ).all())  # fmt: skip
     segments = [
         Segment(instance_id=r.instance_id, provider=r.provider, region=r.region, zone=r.zone,
                 instance_type=r.instance_type, market=r.market, gpu_count=r.gpu_count,
