@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -151,8 +152,13 @@ def render(report: Report, fmt: Format | str) -> str:
 
         return _csv(focus.rows(report.lines), columns=focus.COLUMNS)
     buf = io.StringIO()
-    print_report(Console(file=buf, width=160, force_terminal=sys.stdout.isatty()), report)
+    print_report(Console(file=buf, width=_width(), force_terminal=sys.stdout.isatty()), report)
     return buf.getvalue()
+
+
+def _width() -> int:
+    """The terminal's width, but never so narrow that money columns get cut (rich wraps rows instead)."""
+    return max(Console().width, 110)
 
 
 def _csv(rows: list[dict[str, Any]], *, columns: list[str] | None = None) -> str:
@@ -173,7 +179,7 @@ def _money(value: float | None) -> str:
 def print_report(console: Console, report: Report, *, title: str = "cost report") -> None:
     t = report.totals.figures()
     window = f"{(report.since or 'beginning')} → {(report.until or 'now')}"
-    head = Table(title=f"{title} — {window}", show_header=False, title_justify="left")
+    head = Table(title=f"{title} — {window}", show_header=False, title_justify="left", box=box.SIMPLE, pad_edge=False)
     head.add_column("", style="bold")
     head.add_column("", justify="right")
     head.add_column("", style="dim")
@@ -195,10 +201,10 @@ def print_report(console: Console, report: Report, *, title: str = "cost report"
 
 
 def _group_table(report: Report) -> Table:
-    table = Table(title=f"by {' × '.join(report.by)}", title_justify="left")
+    table = Table(title=f"by {' × '.join(report.by)}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for key in report.by:
         table.add_column(key.upper())
-    for col in ("SPENT", "ON-DEMAND", "SAVED", "IDLE", "INTERRUPTIONS", "GPU-H", "$/GPU-H"):
+    for col in ("SPENT", "ON-DEMAND", "SAVED", "IDLE", "INTERRUPT", "GPU-H", "$/GPU-H"):
         table.add_column(col, justify="right")
     for keys, sums in report.rows:
         table.add_row(*keys, *_cells(sums))
@@ -209,7 +215,7 @@ def _group_table(report: Report) -> Table:
 
 def _cells(sums: Sums) -> list[str]:
     f = sums.figures()
-    return [_money(f["cost"]), _money(f["on_demand_equivalent"]), f"{_money(f['savings'])} ({f['savings_pct']:.0f}%)",
+    return [_money(f["cost"]), _money(f["on_demand_equivalent"]), f"{f['savings_pct']:.0f}%",
             _money(f["idle_cost"]), _money(f["interruption_cost"]), f"{f['gpu_hours_paid']:.3f}",
             _money(f["usd_per_gpu_hour_paid"])]  # fmt: skip
 
@@ -255,22 +261,22 @@ def job_cmd(
                "totals": total.figures(), "gpu": gpu, "attempts": [a.to_dict() for a in attempts]}  # fmt: skip
         typer.echo(json.dumps(out, indent=2))
         return
-    console = Console()
-    table = Table(title=f"{job.id} ({job.spec.name}, tenant {job.spec.tenant}) — {job.state.value}", title_justify="left")
-    for col in ("ATTEMPT", "WHERE", "MARKET", "HELD", "OUTCOME", "SPENT", "OVERHEAD", "REDONE", "ON-DEMAND",
-                "PEAK MEM", "UTIL"):  # fmt: skip
-        table.add_column(col, justify="right" if col not in ("WHERE", "MARKET", "OUTCOME") else "left")
+    console = Console(width=_width())
+    table = Table(title=f"{job.id} ({job.spec.name}, tenant {job.spec.tenant}) — {job.state.value}",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
+    for col in ("#", "WHERE", "HELD", "OUTCOME", "SPENT", "OVERHEAD", "REDONE", "ON-DEMAND", "MEM", "UTIL"):
+        table.add_column(col, justify="left" if col in ("WHERE", "OUTCOME") else "right")
     from spotfleet.model.durations import format_duration
 
     for a in attempts:
         f = a.sums.figures()
-        held = format_duration((a.ended_at or now) - a.bound_at)
         u = a.usage
         table.add_row(
-            f"{a.attempt}" + (f".{a.node_rank}" if a.node_rank else ""), f"{a.instance_type} {a.zone} ({a.instance_id})",
-            a.market, held, a.outcome or "running", _money(f["cost"]), _money(a.overhead / 1e6),
-            _money(f["redone_work_cost"]), _money(f["on_demand_equivalent"]),
-            f"{u.peak_gpu_memory_mib:,.0f} MiB" if u and u.peak_gpu_memory_mib else "-",
+            f"{a.attempt}" + (f".{a.node_rank}" if a.node_rank else ""),
+            f"{a.instance_type} {a.market} {a.zone}", format_duration((a.ended_at or now) - a.bound_at),
+            a.outcome or "running", _money(f["cost"]), _money(a.overhead / 1e6), _money(f["redone_work_cost"]),
+            _money(f["on_demand_equivalent"]),
+            f"{u.peak_gpu_memory_mib / 1024:.1f}G" if u and u.peak_gpu_memory_mib else "-",
             f"{u.mean_utilization_pct:.0f}%" if u and u.mean_utilization_pct is not None else "-",
         )  # fmt: skip
     console.print(table)
