@@ -57,13 +57,17 @@ class FleetCollector(Collector):
                        InstanceRow.price_per_hour, InstanceRow.launched_at)
                 .where(InstanceRow.state.not_in(live_states))
             ).all()  # fmt: skip
-            jobs = s.execute(select(JobRow.state, JobRow.priority, func.count()).group_by(JobRow.state, JobRow.priority)).all()
+            jobs = s.execute(
+                select(JobRow.state, JobRow.priority, func.count()).group_by(JobRow.state, JobRow.priority)
+            ).all()
             interruptions = s.scalar(select(func.coalesce(func.sum(JobRow.interruptions), 0))) or 0
             notices = s.execute(select(NoticeRow.kind, func.count()).group_by(NoticeRow.kind)).all()
             events = dict(s.execute(select(EventRow.kind, func.count()).where(
                 EventRow.kind.in_(["job.draining", "instance.gpus_idle"])).group_by(EventRow.kind)).all())  # fmt: skip
             presence = s.execute(select(AgentPresenceRow.instance_id, AgentPresenceRow.info)).all()
-        g = GaugeMetricFamily("spotfleet_instances", "Live instances", labels=["provider", "market", "instance_type", "state"])
+        g = GaugeMetricFamily(
+            "spotfleet_instances", "Live instances", labels=["provider", "market", "instance_type", "state"]
+        )
         for (provider, market, itype, state), n in sorted(Counter((r[0], r[1], r[2], r[3]) for r in inst).items()):
             g.add_metric([provider, market, itype, state], n)
         yield g
@@ -77,7 +81,9 @@ class FleetCollector(Collector):
             rate.add_metric([provider, market], v)
         yield rate
         js = GaugeMetricFamily("spotfleet_jobs", "Jobs by state and class", labels=["state", "priority"])
-        pending = GaugeMetricFamily("spotfleet_jobs_pending", "Jobs waiting for capacity, by class", labels=["priority"])
+        pending = GaugeMetricFamily(
+            "spotfleet_jobs_pending", "Jobs waiting for capacity, by class", labels=["priority"]
+        )
         pend: dict[str, int] = {}
         for state, priority, n in jobs:
             js.add_metric([state, priority], n)
@@ -98,7 +104,9 @@ class FleetCollector(Collector):
         intr = CounterMetricFamily("spotfleet_job_interruptions", "Job attempts ended by an interruption")
         intr.add_metric([], float(interruptions))
         yield intr
-        nt = CounterMetricFamily("spotfleet_notices", "Interruption/rebalance/maintenance notices received", labels=["kind"])
+        nt = CounterMetricFamily(
+            "spotfleet_notices", "Interruption/rebalance/maintenance notices received", labels=["kind"]
+        )
         for kind, n in sorted(notices):
             nt.add_metric([kind], n)
         yield nt
@@ -108,8 +116,12 @@ class FleetCollector(Collector):
         idle = CounterMetricFamily("spotfleet_gpu_idle_alerts", "Instances whose GPUs sat idle while jobs were bound")
         idle.add_metric([], events.get("instance.gpus_idle", 0))
         yield idle
-        util = GaugeMetricFamily("spotfleet_gpu_utilization_pct", "GPU utilisation (NVML)", labels=["instance_id", "gpu"])
-        mem = GaugeMetricFamily("spotfleet_gpu_memory_used_mib", "GPU memory used (NVML)", labels=["instance_id", "gpu"])
+        util = GaugeMetricFamily(
+            "spotfleet_gpu_utilization_pct", "GPU utilisation (NVML)", labels=["instance_id", "gpu"]
+        )
+        mem = GaugeMetricFamily(
+            "spotfleet_gpu_memory_used_mib", "GPU memory used (NVML)", labels=["instance_id", "gpu"]
+        )
         for instance_id, info in presence:
             for gpu in _gpus(info):
                 if gpu.get("utilization_pct") is not None:

@@ -76,8 +76,9 @@ class Agent:
         self.runner.tick()
         with self._lock:
             notices, self.pending_notices = self.pending_notices, []
-        beat = Heartbeat(jobs=self.runner.statuses(), notices=notices,
-                         telemetry=self.telemetry.sample(job_groups(self.runner)))
+        beat = Heartbeat(
+            jobs=self.runner.statuses(), notices=notices, telemetry=self.telemetry.sample(job_groups(self.runner))
+        )
         try:
             answer = HeartbeatResponse.model_validate(self._post("/v1/agent/heartbeat", beat.model_dump(mode="json")))
         except Exception:

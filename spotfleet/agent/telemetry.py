@@ -82,21 +82,22 @@ class GpuTelemetry:
             try:
                 import pynvml
             except ImportError as exc:
-                return self._give_up(f"nvidia-ml-py is not installed ({exc})")
+                self._give_up(f"nvidia-ml-py is not installed ({exc})")
+                return None
             self._nvml = pynvml
         nvml = self._nvml
         try:
             nvml.nvmlInit()
             self.driver = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError as exc:  # LibraryNotFound, DriverNotLoaded, NoPermission...
-            return self._give_up(f"{type(exc).__name__}: {exc}")
+            self._give_up(f"{type(exc).__name__}: {exc}")
+            return None
         self._ready = True
         return self._nvml
 
     def _give_up(self, reason: str) -> None:
         self.unavailable = reason
         log.info("no NVIDIA driver here (%s): GPU telemetry is off, everything else carries on", reason)
-        return None
 
     def close(self) -> None:
         if self._ready and self._nvml is not None:

@@ -42,6 +42,7 @@ CONFIG = typer.Option(None, "--config", "-c", help="controller config YAML (for 
 BILLING = typer.Option(None, "--billing", help="billing rule PROVIDER=MIN_SECONDS[/INCREMENT], repeatable "
                                                "(default: per second, 60 s minimum)")  # fmt: skip
 GROUP_KEYS = ("tenant", "job", "family", "instance-type", "region", "market", "day")
+BY_HELP = f"group rows by: {', '.join(GROUP_KEYS)} (repeatable)"
 
 
 class Format(enum.StrEnum):
@@ -109,7 +110,7 @@ def compute_report(store: Store, *, now: datetime, since: datetime | None = None
 def report_cmd(
     since: str | None = typer.Option(None, "--since", help="7d, 12h, 2026-12-01 or an ISO time (default: all)"),
     until: str | None = typer.Option(None, "--until", help="same forms as --since (default: now)"),
-    by: list[str] = typer.Option([], "--by", help=f"group rows by: {', '.join(GROUP_KEYS)} (repeatable)"),  # noqa: B006
+    by: list[str] = typer.Option([], "--by", help=BY_HELP),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="table, csv, json, or focus (FinOps FOCUS CSV)"),
     plot: Path | None = typer.Option(None, "--plot", help="also write daily spend as a PNG"),
     db: str | None = DB,
@@ -280,8 +281,8 @@ def job_cmd(
             f"{u.mean_utilization_pct:.0f}%" if u and u.mean_utilization_pct is not None else "-",
         )  # fmt: skip
     console.print(table)
-    total = sum(a.sums.cost for a in attempts)
+    spent = sum(a.sums.cost for a in attempts)
     od = sum(a.sums.on_demand for a in attempts)
     lost = sum(a.sums.restart + a.sums.redone for a in attempts)
-    console.print(f"total {_money(total / 1e6)} (on-demand {_money(od / 1e6)}); interruptions cost "
+    console.print(f"total {_money(spent / 1e6)} (on-demand {_money(od / 1e6)}); interruptions cost "
                   f"{_money(lost / 1e6)} over {job.interruptions} interruption(s)")  # fmt: skip

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,7 +101,9 @@ class AttemptSpan:
         return Fraction(min(self.gpus, gpu_count), gpu_count)
 
     def gpu_equivalents(self) -> Fraction:
-        return Fraction(self.mig_slices, MIG_SLICES_PER_GPU) if self.mig_slices and not self.gpus else Fraction(self.gpus)
+        return (
+            Fraction(self.mig_slices, MIG_SLICES_PER_GPU) if self.mig_slices and not self.gpus else Fraction(self.gpus)
+        )
 
 
 @dataclass(slots=True)
@@ -200,8 +203,8 @@ def _split_segment(
         return 0
     live = [a for a in spans if a.bound_at < end and (a.ended_at is None or a.ended_at > seg.start)]
     points = {seg.start, end}
-    for a in live:
-        for t in (a.bound_at, a.ended_at, a.productive_from):
+    for span in live:
+        for t in (span.bound_at, span.ended_at, span.productive_from):
             if t is not None and seg.start < t < end:
                 points.add(t)
     points.update(_midnights(seg.start, end))
@@ -221,11 +224,11 @@ def _split_segment(
         bounds[key] = (min(lo, a), max(hi, b))
 
     gpu_count = seg.gpu_count
-    for a, b in zip(order, order[1:], strict=False):
-        dt = _secs(b - a)
-        day = a.astimezone(UTC).date()
-        window = bisect.bisect_right(cuts, a)
-        holders = [(i, x) for i, x in enumerate(live) if x.bound_at <= a and (x.ended_at is None or x.ended_at >= b)]
+    for t0, t1 in itertools.pairwise(order):
+        dt = _secs(t1 - t0)
+        day = t0.astimezone(UTC).date()
+        window = bisect.bisect_right(cuts, t0)
+        holders = [(i, x) for i, x in enumerate(live) if x.bound_at <= t0 and (x.ended_at is None or x.ended_at >= t1)]
         shares = {i: (x.share(gpu_count) if gpu_count > 0 else Fraction(1, len(holders))) for i, x in holders}
         held = sum(shares.values(), Fraction(0))
         if held > 1:
@@ -233,11 +236,11 @@ def _split_segment(
             shares = {i: s / held for i, s in shares.items()}
             held = Fraction(1)
         for i, x in holders:
-            phase = _phase(x, a)
+            phase = _phase(x, t0)
             gs = dt * x.gpu_equivalents() if gpu_count > 0 else Fraction(0)
-            add((i, phase, day, window), shares[i] * dt, gs, a, b)
+            add((i, phase, day, window), shares[i] * dt, gs, t0, t1)
         if held < 1:
-            add((-1, Phase.IDLE, day, window), (1 - held) * dt, (1 - held) * dt * gpu_count, a, b)
+            add((-1, Phase.IDLE, day, window), (1 - held) * dt, (1 - held) * dt * gpu_count, t0, t1)
     if topup > 0:
         day = end.astimezone(UTC).date()
         window = bisect.bisect_right(cuts, end)

@@ -232,4 +232,3 @@ def job_breakdown(lines: Iterable[Line], job_id: str, *,
                                    ln.segment.market, ln.segment.zone, a.bound_at, a.ended_at, a.outcome, Sums(), u)  # fmt: skip
         out[key].sums.add(ln, _idle_fraction(ln, usage))
     return [out[k] for k in sorted(out)]
-

@@ -135,9 +135,9 @@ def _fold(row: AttemptUsageRow, j: JobStatus, gpu: Mapping[str, Any] | None, *, 
             row.first_progress_at = now
         if row.last_step is None or step > row.last_step:
             row.last_step, row.last_progress_at = step, now
-    if j.checkpoint is not None and j.checkpoint.step is not None:
-        if row.checkpoint_step is None or j.checkpoint.step >= row.checkpoint_step:
-            row.checkpoint_step, row.checkpoint_at = j.checkpoint.step, j.checkpoint.at
+    ckpt = j.checkpoint
+    if ckpt is not None and ckpt.step is not None and (row.checkpoint_step is None or ckpt.step >= row.checkpoint_step):
+        row.checkpoint_step, row.checkpoint_at = ckpt.step, ckpt.at
     if gpu is not None:
         util = _num(gpu.get("utilization_pct"))
         if util is not None:

@@ -16,7 +16,7 @@ MIB = 1024 * 1024
 @dataclass
 class FakeProcess:
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 (nvidia-ml-py's field name)
+    usedGpuMemory: int | None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -55,7 +56,11 @@ def test_hand_computed_half_instance_for_an_hour() -> None:
     od = sum(line.on_demand for line in led.lines if line.job_id == "A")
     assert od == 1_530_000  # same GPU-hours at $3.06/h on-demand
     # the hour crosses no midnight (22:00 → 23:00): one line per job and phase
-    assert {(line.job_id, line.phase) for line in led.lines} == {("A", Phase.USEFUL), ("B", Phase.USEFUL), (None, Phase.IDLE)}
+    assert {(line.job_id, line.phase) for line in led.lines} == {
+        ("A", Phase.USEFUL),
+        ("B", Phase.USEFUL),
+        (None, Phase.IDLE),
+    }
 
 
 def test_billing_minimum_is_charged_once_and_is_idle() -> None:
@@ -79,7 +84,9 @@ def test_billing_rules_round_up_and_are_per_provider() -> None:
 
 
 def test_open_segment_counts_to_now_without_minimum() -> None:
-    led = attribute([seg(0, None, price="3.6", gpus=1)], [span("A", 0, None, productive=5)], now=T0 + timedelta(seconds=30))
+    led = attribute(
+        [seg(0, None, price="3.6", gpus=1)], [span("A", 0, None, productive=5)], now=T0 + timedelta(seconds=30)
+    )
     assert led.instances["i-1"].cost == 30_000
     phases = {line.phase: line.cost for line in led.lines}
     assert phases == {Phase.STARTUP: 5_000, Phase.USEFUL: 25_000}
@@ -136,7 +143,7 @@ def schedules(draw: st.DrawFn) -> tuple[list[Segment], list[AttemptSpan], dateti
         closed = draw(st.booleans())
         cuts = sorted(draw(st.lists(st.integers(1, 50_000), min_size=1, max_size=4, unique=True)))
         bounds = [t, *(t + c for c in cuts)]
-        for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):  # price changes split segments
+        for i, (a, b) in enumerate(itertools.pairwise(bounds)):  # price changes split segments
             last = i == len(bounds) - 2
             segments.append(seg(a, b if (closed or not last) else None, price=str(draw(prices)), od="41",
                                 gpus=gpus, market=market, instance=inst, provider=provider))  # fmt: skip
@@ -158,7 +165,9 @@ def schedules(draw: st.DrawFn) -> tuple[list[Segment], list[AttemptSpan], dateti
 
 @settings(max_examples=150, deadline=None)
 @given(schedules())
-def test_job_costs_plus_idle_equal_instance_cost_exactly(case: tuple[list[Segment], list[AttemptSpan], datetime]) -> None:
+def test_job_costs_plus_idle_equal_instance_cost_exactly(
+    case: tuple[list[Segment], list[AttemptSpan], datetime],
+) -> None:
     segments, attempts, now = case
     led = attribute(segments, attempts, now=now)
     assert not led.overfull
@@ -180,5 +189,7 @@ def test_job_costs_plus_idle_equal_instance_cost_exactly(case: tuple[list[Segmen
         # nobody pays for more than their GPUs' time, nobody for less (within a micro-dollar per line)
         for a in {line.attempt for line in lines if line.attempt is not None}:
             own = [line for line in lines if line.attempt is a]
-            exact = sum((Fraction(line.segment.price_per_hour) * line.seconds * 10**6 / 3600 for line in own), Fraction(0))
+            exact = sum(
+                (Fraction(line.segment.price_per_hour) * line.seconds * 10**6 / 3600 for line in own), Fraction(0)
+            )
             assert abs(sum(line.cost for line in own) - exact) <= 2 * len(own) + 1

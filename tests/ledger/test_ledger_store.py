@@ -3,7 +3,6 @@ controller's own entry points, its progress and telemetry from heartbeats."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -111,7 +110,11 @@ def test_interrupted_job_costs_restart_overhead_and_redone_work(sqlite_store: St
             phases[ln.phase] = phases.get(ln.phase, 0) + ln.cost
     assert phases[Phase.STARTUP] > 0 and phases[Phase.RESTART] > 0
     # attempt 1 reached step 35 from 0, the next resumed from 20: 15/35 of its productive time was redone
-    a1 = [ln for ln in lines if ln.attempt is not None and ln.attempt.attempt == 1 and ln.phase in (Phase.USEFUL, Phase.REDONE)]
+    a1 = [
+        ln
+        for ln in lines
+        if ln.attempt is not None and ln.attempt.attempt == 1 and ln.phase in (Phase.USEFUL, Phase.REDONE)
+    ]
     redone = sum(ln.cost for ln in a1 if ln.phase is Phase.REDONE)
     productive = sum(ln.cost for ln in a1)
     assert abs(Fraction(redone, productive) - Fraction(15, 35)) < Fraction(1, 10_000)
@@ -173,7 +176,10 @@ def test_metrics_endpoint(sqlite_store: Store, tmp_path: Path) -> None:
     assert samples[("spotfleet_instances", (("instance_type", inst.offering.instance_type), ("market", "spot"),
                                             ("provider", "fake"), ("state", inst.state.value)))] == 1  # fmt: skip
     assert samples[("spotfleet_gpu_utilization_pct", (("gpu", "0"), ("instance_id", inst.id)))] == 77.0
-    assert samples[("spotfleet_spend_rate_usd_per_hour", (("market", "spot"), ("provider", "fake")))] == inst.offering.price_per_hour
+    assert (
+        samples[("spotfleet_spend_rate_usd_per_hour", (("market", "spot"), ("provider", "fake")))]
+        == inst.offering.price_per_hour
+    )
     assert ("spotfleet_spend_rate_usd_per_hour", (("market", "on_demand"), ("provider", "fake"))) in samples
     pending = {dict(k)["priority"]: v for (n, k), v in samples.items() if n == "spotfleet_jobs_pending"}
     assert pending == {"critical": 0, "normal": 0, "opportunistic": 0}
