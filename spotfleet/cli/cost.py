@@ -153,13 +153,8 @@ def render(report: Report, fmt: Format | str) -> str:
 
         return _csv(focus.rows(report.lines), columns=focus.COLUMNS)
     buf = io.StringIO()
-    print_report(Console(file=buf, width=_width(), force_terminal=sys.stdout.isatty()), report)
+    print_report(Console(file=buf, width=Console().width, force_terminal=sys.stdout.isatty()), report)
     return buf.getvalue()
-
-
-def _width() -> int:
-    """The terminal's width, but never so narrow that money columns get cut (rich wraps rows instead)."""
-    return max(Console().width, 110)
 
 
 def _csv(rows: list[dict[str, Any]], *, columns: list[str] | None = None) -> str:
@@ -186,39 +181,54 @@ def print_report(console: Console, report: Report, *, title: str = "cost report"
     head.add_column("", style="dim")
     head.add_row("spent", _money(t["cost"]), f"{report.instances} instances, {report.jobs} jobs")
     head.add_row("on spot", f"{t['spot_share_pct']:.1f}%", _money(t["spot_cost"]))
-    head.add_row("on-demand would be", _money(t["on_demand_equivalent"]), "same instance-hours at on-demand prices")
-    head.add_row("[green]saved[/]", f"[green]{_money(t['savings'])}[/]", f"{t['savings_pct']:.1f}% of on-demand")
+    head.add_row("on-demand would be", _money(t["on_demand_equivalent"]), "same instance-hours, on-demand prices")
+    head.add_row("[green]saved[/]", f"[green]{_money(t['savings'])}[/]", f"{t['savings_pct']:.1f}%")
     head.add_row("[yellow]idle[/] (paid, no job)", f"[yellow]{_money(t['idle_cost'])}[/]",
-                 f"of which billing minimums {_money(t['billing_minimum_cost'])}")  # fmt: skip
+                 f"incl. billing minimums {_money(t['billing_minimum_cost'])}")  # fmt: skip
     head.add_row("[red]interruptions[/]", f"[red]{_money(t['interruption_cost'])}[/]",
-                 f"restart overhead {_money(t['restart_overhead_cost'])} + redone work {_money(t['redone_work_cost'])}")  # fmt: skip
-    head.add_row("startup overhead", _money(t["startup_cost"]), "bind → first progress of first attempts")
-    head.add_row("GPUs idle while bound", _money(t["gpu_idle_while_bound_cost"]), "held by a job, under 5% busy (NVML)")
-    head.add_row("$ / GPU-hour", f"{_money(t['usd_per_gpu_hour_effective'])} effective",
-                 f"{_money(t['usd_per_gpu_hour_paid'])} paid; {t['gpu_hours_used']:.3f} of {t['gpu_hours_paid']:.3f} GPU-h used")  # fmt: skip
+                 f"restart {_money(t['restart_overhead_cost'])} + redone {_money(t['redone_work_cost'])}")  # fmt: skip
+    head.add_row("startup overhead", _money(t["startup_cost"]), "bind → first progress")
+    if report.gpu_samples:
+        head.add_row("GPUs idle while bound", _money(t["gpu_idle_while_bound_cost"]), "held, under 5% busy (NVML)")
+    else:
+        head.add_row("GPUs idle while bound", "n/a", "no GPU telemetry (no NVIDIA driver)")
+    head.add_row("$/GPU-hour effective", _money(t["usd_per_gpu_hour_effective"]),
+                 f"paid {_money(t['usd_per_gpu_hour_paid'])}; {t['gpu_hours_used']:.3f} of {t['gpu_hours_paid']:.3f} GPU-h used")  # fmt: skip
     console.print(head)
     if report.by:
-        console.print(_group_table(report))
+        console.print(_group_table(report, console.width))
 
 
-def _group_table(report: Report) -> Table:
-    table = Table(title=f"by {' × '.join(report.by)}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for key in report.by:
-        table.add_column(key.upper())
-    for col in ("SPENT", "ON-DEMAND", "SAVED", "IDLE", "INTERRUPT", "GPU-H", "$/GPU-H"):
-        table.add_column(col, justify="right")
+def _group_table(report: Report, width: int) -> Table:
+    """Money columns never wrap; on a narrow terminal the least-needed columns go first."""
+    table = Table(title=f"by {' × '.join(report.by)}", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
+    cols = ["SPENT", "ON-DEMAND", "SAVED", "IDLE", "INTERRUPT", "GPU-H", "$/GPU-H"]
+    if width < 100:
+        cols.remove("$/GPU-H")
+    if width < 90:
+        cols.remove("GPU-H")
+    for i, key in enumerate(report.by):
+        longest = max([len(key), *(len(k[i]) for k, _ in report.rows)])
+        table.add_column(key.upper(), overflow="fold", min_width=min(longest, 14))
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for keys, sums in report.rows:
-        table.add_row(*keys, *_cells(sums))
+        table.add_row(*keys, *_cells(sums, cols))
     table.add_section()
-    table.add_row("total", *[""] * (len(report.by) - 1), *_cells(report.totals), style="bold")
+    table.add_row("total", *[""] * (len(report.by) - 1), *_cells(report.totals, cols), style="bold")
     return table
 
 
-def _cells(sums: Sums) -> list[str]:
+def _cells(sums: Sums, cols: list[str]) -> list[str]:
     f = sums.figures()
-    return [_money(f["cost"]), _money(f["on_demand_equivalent"]), f"{f['savings_pct']:.0f}%",
-            _money(f["idle_cost"]), _money(f["interruption_cost"]), f"{f['gpu_hours_paid']:.3f}",
-            _money(f["usd_per_gpu_hour_paid"])]  # fmt: skip
+    cells = {
+        "SPENT": _money(f["cost"]), "ON-DEMAND": _money(f["on_demand_equivalent"]),
+        "SAVED": f"{f['savings_pct']:.0f}%", "IDLE": _money(f["idle_cost"]),
+        "INTERRUPT": _money(f["interruption_cost"]), "GPU-H": f"{f['gpu_hours_paid']:.3f}",
+        "$/GPU-H": _money(f["usd_per_gpu_hour_paid"]),
+    }  # fmt: skip
+    return [cells[c] for c in cols]
 
 
 @app.command("job")
@@ -262,27 +272,34 @@ def job_cmd(
                "totals": total.figures(), "gpu": gpu, "attempts": [a.to_dict() for a in attempts]}  # fmt: skip
         typer.echo(json.dumps(out, indent=2))
         return
-    console = Console(width=_width())
+    console = Console()
     table = Table(title=f"{job.id} ({job.spec.name}, tenant {job.spec.tenant}) — {job.state.value}",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)  # fmt: skip
-    for col in ("#", "WHERE", "HELD", "OUTCOME", "SPENT", "OVERHEAD", "REDONE", "ON-DEMAND", "MEM", "UTIL"):
-        table.add_column(col, justify="left" if col in ("WHERE", "OUTCOME") else "right")
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)  # fmt: skip
+    for col in ("#", "WHERE", "HELD", "OUTCOME", "SPENT", "OVERHEAD", "REDONE", "ON-DEMAND"):
+        if col in ("WHERE", "OUTCOME"):
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     from spotfleet.model.durations import format_duration
 
+    gpu_lines = []
     for a in attempts:
         f = a.sums.figures()
-        u = a.usage
+        label = f"{a.attempt}" + (f".{a.node_rank}" if a.node_rank else "")
         table.add_row(
-            f"{a.attempt}" + (f".{a.node_rank}" if a.node_rank else ""),
-            f"{a.instance_type} {a.market} {a.zone}", format_duration((a.ended_at or now) - a.bound_at),
+            label, f"{a.instance_type} {a.market}", format_duration((a.ended_at or now) - a.bound_at),
             a.outcome or "running", _money(f["cost"]), _money(a.overhead / 1e6), _money(f["redone_work_cost"]),
             _money(f["on_demand_equivalent"]),
-            f"{u.peak_gpu_memory_mib / 1024:.1f}G" if u and u.peak_gpu_memory_mib else "-",
-            f"{u.mean_utilization_pct:.0f}%" if u and u.mean_utilization_pct is not None else "-",
         )  # fmt: skip
+        u = a.usage
+        if u is not None and u.gpu_samples:
+            gpu_lines.append(f"attempt {label} on {a.instance_id} ({a.zone}): peak GPU memory "
+                             f"{u.peak_gpu_memory_mib / 1024:.1f} GiB, mean utilisation {u.mean_utilization_pct or 0:.0f}%")  # fmt: skip
     console.print(table)
     spent = sum(a.sums.cost for a in attempts)
     od = sum(a.sums.on_demand for a in attempts)
     lost = sum(a.sums.restart + a.sums.redone for a in attempts)
+    for line in gpu_lines:
+        console.print(line)
     console.print(f"total {_money(spent / 1e6)} (on-demand {_money(od / 1e6)}); interruptions cost "
                   f"{_money(lost / 1e6)} over {job.interruptions} interruption(s)")  # fmt: skip

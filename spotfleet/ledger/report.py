@@ -124,12 +124,18 @@ class Report:
     instances: int
     jobs: int
     lines: list[Line]
+    gpu_samples: int = 0  # NVML samples behind the "GPUs idle while bound" figure (0: no telemetry)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "window": {"since": _iso(self.since), "until": _iso(self.until), "generated_at": _iso(self.now)},
             "group_by": self.by,
-            "totals": {"instances": self.instances, "jobs": self.jobs, **self.totals.figures()},
+            "totals": {
+                "instances": self.instances,
+                "jobs": self.jobs,
+                "gpu_telemetry_samples": self.gpu_samples,
+                **self.totals.figures(),
+            },
             "rows": [self.row_dict(keys, sums) for keys, sums in self.rows],
         }
 
@@ -171,7 +177,8 @@ def build_report(
         rows.sort(key=lambda kv: kv[0])
     return Report(since=since, until=until, now=now, by=list(by), totals=totals, rows=rows,
                   instances=len({ln.segment.instance_id for ln in chosen}),
-                  jobs=len({ln.job_id for ln in chosen if ln.job_id}), lines=chosen)  # fmt: skip
+                  jobs=len({ln.job_id for ln in chosen if ln.job_id}), lines=chosen,
+                  gpu_samples=sum(u.gpu_samples for u in usage.values()))  # fmt: skip
 
 
 def _idle_fraction(line: Line, usage: Mapping[tuple[str, int, int], AttemptUsage]) -> float:
