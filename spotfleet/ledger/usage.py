@@ -26,8 +26,9 @@ from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from spotfleet.store.schema import AttemptUsageRow
+from spotfleet.store.schema import AttemptUsageRow, JobRow
 from spotfleet.store.store import EventRecord, Store
 from spotfleet.wire import Heartbeat, JobStatus
 
@@ -100,11 +101,7 @@ class UsageRecorder:
                 for j in beat.jobs:
                     row = s.get(AttemptUsageRow, (j.job_id, j.attempt, j.node_rank))
                     if row is None:
-                        resume = s.scalar(
-                            select(func.max(AttemptUsageRow.checkpoint_step)).where(
-                                AttemptUsageRow.job_id == j.job_id, AttemptUsageRow.attempt < j.attempt
-                            )
-                        )
+                        resume = _resume_step(s, j.job_id, j.attempt)
                         row = AttemptUsageRow(job_id=j.job_id, attempt=j.attempt, node_rank=j.node_rank,
                                               instance_id=instance_id, resume_step=resume, gpu_samples=0,
                                               gpu_util_sum=0.0, gpu_idle_samples=0, peak_gpu_memory_mib=0.0,
@@ -122,6 +119,24 @@ class UsageRecorder:
                             f"{self.idle.after.total_seconds() / 60:g} min while jobs are bound (now {util or 0:.1f}%)",
                     data={"jobs": sorted({j.job_id for j in beat.jobs}), "utilization_pct": util},
                 ))  # fmt: skip
+
+
+def _resume_step(s: Session, job_id: str, attempt: int) -> int | None:
+    """The checkpoint step an attempt resumed from: the newest one earlier attempts
+    reported here, or the job's resume pointer when it predates this table."""
+    steps = [
+        s.scalar(
+            select(func.max(AttemptUsageRow.checkpoint_step)).where(
+                AttemptUsageRow.job_id == job_id, AttemptUsageRow.attempt < attempt
+            )
+        )
+    ]
+    job = s.get(JobRow, job_id)
+    ckpt = job.checkpoint if job is not None else None
+    if isinstance(ckpt, dict) and _int(ckpt.get("attempt")) is not None and ckpt["attempt"] < attempt:
+        steps.append(_int(ckpt.get("step")))
+    known = [x for x in steps if x is not None]
+    return max(known) if known else None
 
 
 def _fold(row: AttemptUsageRow, j: JobStatus, gpu: Mapping[str, Any] | None, *, now: datetime,

@@ -193,3 +193,29 @@ def test_job_costs_plus_idle_equal_instance_cost_exactly(
                 (Fraction(line.segment.price_per_hour) * line.seconds * 10**6 / 3600 for line in own), Fraction(0)
             )
             assert abs(sum(line.cost for line in own) - exact) <= 2 * len(own) + 1
+
+
+def test_redone_fraction_hand_computed() -> None:
+    from spotfleet.ledger.usage import AttemptUsage, redone_fraction
+
+    def u(attempt: int, resume: int | None, last: int | None, ckpt: int | None) -> AttemptUsage:
+        return AttemptUsage(job_id="j", attempt=attempt, node_rank=0, resume_step=resume, first_progress_at=None,
+                            last_step=last, checkpoint_step=ckpt, gpu_samples=0, mean_utilization_pct=None,
+                            idle_fraction=0.0, peak_gpu_memory_mib=0.0, gpu_memory_total_mib=0.0)  # fmt: skip
+
+    # 1: 0 → 50, checkpoint at 40, interrupted: steps 40..50 redone = 10/50
+    # 2: resumed at 40 → 90, lost with no new checkpoint: 40..90 redone = 50/50
+    # 3: failed (not a rollback outcome): nothing counted; 4: the last attempt: nothing after it
+    fractions = redone_fraction([
+        (1, "interrupted", u(1, None, 50, 40)),
+        (2, "lost", u(2, 40, 90, None)),
+        (3, "failed", u(3, 40, 60, 60)),
+        (4, "succeeded", u(4, 60, 100, 100)),
+    ])  # fmt: skip
+    assert fractions == {1: Fraction(1, 5), 2: Fraction(1)}
+    # checkpointed on the notice exactly where it stopped: nothing redone
+    assert redone_fraction([(1, "checkpointed", u(1, None, 70, 70)), (2, "succeeded", u(2, 70, 100, 100))]) == {
+        1: Fraction(0)
+    }
+    # unknown progress: nothing redone
+    assert redone_fraction([(1, "interrupted", None), (2, "succeeded", None)]) == {}
