@@ -31,10 +31,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol, runtime_checkable
 
-from spotfleet.model.events import InstanceEvent
+from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.offering import Market, Offering, Offerings
 
 TAG_CLUSTER = "spotfleet:cluster"
@@ -121,3 +121,11 @@ class Provider(Protocol):
     def get(self, provider_id: str) -> ProviderInstance: ...
 
     def poll_events(self) -> list[InstanceEvent]: ...
+
+
+@runtime_checkable
+class SupportsInterrupt(Protocol):
+    """A provider that can announce a reclaim on demand (local, fake, sim):
+    what ``spotfleet local interrupt`` and the demo use."""
+
+    def interrupt(self, provider_id: str, *, kind: NoticeKind, notice: timedelta) -> datetime: ...

@@ -118,6 +118,11 @@ class FakeProvider:
 
     # ------------------------------------------------------------ test controls
 
+    def interrupt(self, provider_id: str, *, kind: NoticeKind = NoticeKind.SPOT_INTERRUPTION,
+                  notice: timedelta = timedelta(minutes=2)) -> datetime:  # fmt: skip
+        """``SupportsInterrupt``: the same as ``preempt``."""
+        return self.preempt(provider_id, notice=notice, kind=kind)
+
     def preempt(self, provider_id: str, *, notice: timedelta = timedelta(minutes=2),
                 kind: NoticeKind = NoticeKind.SPOT_INTERRUPTION) -> datetime:  # fmt: skip
         """Announce a reclaim (the instance keeps running until ``reclaim``)."""

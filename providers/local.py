@@ -45,6 +45,11 @@ LOCAL_ZONES: dict[str, tuple[str, ...]] = {
     "gcp": ("us-central1-a", "us-central1-b"),
 }
 GCP_PREFIXES = ("a2-", "a3-", "g2-", "n1-")
+_ANNOUNCE = {
+    NoticeKind.SPOT_INTERRUPTION: "spot",
+    NoticeKind.REBALANCE: "rebalance",
+    NoticeKind.MAINTENANCE: "maintenance",
+}
 
 
 def metadata_flavor(instance_type: str) -> str:
@@ -142,12 +147,21 @@ class LocalProvider:
 
     def interrupt(self, provider_id: str, *, kind: NoticeKind = NoticeKind.SPOT_INTERRUPTION,
                   notice: timedelta = timedelta(minutes=2)) -> datetime:  # fmt: skip
-        """Announce a reclaim like a cloud would; the instance really dies at the deadline."""
+        """Announce a reclaim like a cloud would: the instance's metadata service
+        starts reporting it (the agent's watcher sees it) and, for a spot notice,
+        the instance really dies at the deadline. The same notice also reaches
+        the controller through ``poll_events`` (the cloud's event bus)."""
+        from spotfleet.metadata.control import inject_notice
+
         root = self._dir(provider_id)
-        deadline = self.clock.now() + notice
+        host = json.loads((root / "host.json").read_text()) if (root / "host.json").exists() else {}
+        url = host.get("metadata_url")
+        if url is None or self._host(root) is None:
+            raise InstanceNotFound(provider_id)
+        answer = inject_notice(url, _ANNOUNCE[kind], notice_seconds=notice.total_seconds())
+        deadline = datetime.fromisoformat(str(answer.get("deadline", "")).replace("Z", "+00:00")) if answer.get(
+            "deadline") else self.clock.now() + notice  # fmt: skip
         (root / "notice.json").write_text(json.dumps({"kind": kind.value, "deadline": deadline.isoformat()}))
-        if kind.hard:
-            (root / "reclaim-at").write_text(deadline.isoformat())
         return deadline
 
     # ------------------------------------------------------------ internals

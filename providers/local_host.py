@@ -1,10 +1,16 @@
 """One local "instance": a process that plays a VM on this machine.
 
 Started by the local provider as ``python -m spotfleet.providers.local_host DIR``
-in a new session. It runs the node agent (restarting it like systemd would) and,
-when the instance is terminated or reclaimed, kills every process of its session
-— agent and jobs alike — as a cloud taking the machine away would. DIR holds
-``instance.json`` (written by the provider), ``agent.yaml`` and ``host.json``.
+in a new session. Like a cloud VM it has:
+
+- a metadata service: an emulated AWS IMDSv2 or GCE metadata server on
+  loopback (``spotfleet.metadata``), which the agent's notice watcher polls;
+- the node agent, restarted if it dies, as systemd would;
+- a reclaim: when a spot notice's deadline passes, every process of its session
+  — agent and jobs alike — is killed, as the cloud taking the machine would.
+
+DIR holds ``instance.json`` (written by the provider), ``agent.yaml`` and
+``host.json`` (pid, session, metadata URL).
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from pathlib import Path
 from types import FrameType
 
 import psutil
+import yaml
+
+from spotfleet.metadata import server_for
 
 
 def session_processes(sid: int) -> list[psutil.Process]:
@@ -50,7 +59,13 @@ def main(directory: str) -> int:
     root = Path(directory)
     spec = json.loads((root / "instance.json").read_text())
     sid = os.getsid(0)
-    (root / "host.json").write_text(json.dumps({"pid": os.getpid(), "sid": sid, "started_at": _now()}))
+    metadata = server_for(spec["metadata"], instance_id=spec["provider_id"], zone=spec["zone"]).start()
+    agent_cfg = yaml.safe_load((root / "agent.yaml").read_text())
+    agent_cfg.update({"metadata": spec["metadata"], "metadata_url": metadata.url})
+    (root / "agent.yaml").write_text(yaml.safe_dump(agent_cfg))
+    (root / "host.json").write_text(
+        json.dumps({"pid": os.getpid(), "sid": sid, "started_at": _now(), "metadata_url": metadata.url})
+    )
     stopping = False
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
@@ -60,29 +75,24 @@ def main(directory: str) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     agent: subprocess.Popen[bytes] | None = None
-    log = open(root / "agent.log", "ab")
-    while not stopping:
-        reclaim = root / "reclaim-at"
-        if reclaim.exists():
-            try:
-                at = datetime.fromisoformat(reclaim.read_text().strip())
-            except ValueError:
-                at = datetime.now(UTC)
-            if datetime.now(UTC) >= at:
+    with open(root / "agent.log", "ab") as log:
+        while not stopping:
+            reclaim_at = metadata.deadlines.get("spot")
+            if reclaim_at is not None and datetime.now(UTC) >= reclaim_at:
                 (root / "reclaimed").write_text(_now())
                 break
-        if agent is None or agent.poll() is not None:
-            if agent is not None:
-                time.sleep(1.0)  # Restart=always, RestartSec=1
-            agent = subprocess.Popen(
-                [sys.executable, "-m", "spotfleet.agent", "--config", str(root / "agent.yaml")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(root),
-            )  # fmt: skip
-        time.sleep(0.1)
+            if agent is None or agent.poll() is not None:
+                if agent is not None:
+                    time.sleep(1.0)  # Restart=always, RestartSec=1
+                agent = subprocess.Popen(
+                    [sys.executable, "-m", "spotfleet.agent", "--config", str(root / "agent.yaml")],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(root),
+                )  # fmt: skip
+            time.sleep(0.05)
     if not (root / "reclaimed").exists():
         (root / "terminated").write_text(_now())
     kill_session(sid)
-    del spec
+    metadata.stop()
     return 0
 
 

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -23,6 +23,7 @@ from spotfleet.agent.config import AgentConfig
 from spotfleet.agent.runner import JobRunner
 from spotfleet.agent.telemetry import GpuTelemetry, job_groups
 from spotfleet.clock import Clock, SystemClock
+from spotfleet.model.events import InstanceEvent
 from spotfleet.wire import Heartbeat, HeartbeatResponse, LogChunk, NoticeReport, RegisterRequest
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,13 @@ class Agent:
                 proc.extra["remote_offset"] = remote_size if isinstance(remote_size, int) else 0
                 proc.shipped += len(raw)
 
-    def notice(self, *, kind: str, deadline: datetime | None, source: str) -> None:
-        """Called by a metadata watcher: tell the jobs now, the controller next."""
-        now = self.clock.now()
-        if deadline is not None and kind != "rebalance":
-            self.runner.notice_all(kind=kind, deadline=deadline)
+    def notice(self, event: InstanceEvent) -> None:
+        """Called by the metadata watcher's thread: tell the jobs now, the controller next."""
+        self.runner.notice(event)
+        report = NoticeReport(kind=event.kind.value, deadline=event.deadline, observed_at=event.observed_at,
+                              source=event.source)  # fmt: skip
         with self._lock:
-            self.pending_notices.append(NoticeReport(kind=kind, deadline=deadline, observed_at=now, source=source))
+            self.pending_notices.append(report)
         self._wake.set()
 
     def _post(self, path: str, body: dict[str, object]) -> dict[str, object]:

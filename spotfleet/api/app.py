@@ -12,21 +12,30 @@ an unknown id, 401 for a bad token), never a 500.
 """
 
 import hmac
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 import spotfleet
 from spotfleet.api.views import instance_view, job_view
 from spotfleet.controller.controller import Controller, Unauthorized
 from spotfleet.errors import InvalidSpec, NotFound
 from spotfleet.metrics import CONTENT_TYPE, FleetMetrics
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.job import JobState
 from spotfleet.model.spec import parse_spec
 from spotfleet.spend import summarize
 from spotfleet.wire import Heartbeat, HeartbeatResponse, LogChunk, RegisterRequest
+
+
+class InterruptRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: NoticeKind = NoticeKind.SPOT_INTERRUPTION
+    notice_seconds: float = Field(120.0, ge=0, le=3600)
 
 
 def _bearer(authorization: str | None) -> str:
@@ -120,6 +129,15 @@ def create_app(controller: Controller, *, api_token: str | None = None) -> FastA
     @app.get("/v1/instances", dependencies=[Depends(require_user)])
     def instances(all: bool = False) -> list[dict[str, Any]]:
         return [instance_view(i) for i in controller.store.list_instances(live_only=not all)]
+
+    @app.post("/v1/instances/{instance_id}/interrupt", dependencies=[Depends(require_user)])
+    def interrupt(instance_id: str, body: InterruptRequest) -> dict[str, Any]:
+        """Inject a reclaim notice (local provider): see ``spotfleet local interrupt``."""
+        try:
+            deadline = controller.interrupt(instance_id, kind=body.kind, notice=timedelta(seconds=body.notice_seconds))
+        except InvalidSpec as exc:
+            raise HTTPException(409, str(exc)) from None
+        return {"instance": instance_id, "kind": body.kind.value, "deadline": deadline.isoformat()}
 
     @app.get("/v1/events", dependencies=[Depends(require_user)])
     def events(limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> list[dict[str, Any]]:

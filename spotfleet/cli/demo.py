@@ -105,7 +105,7 @@ def _view(service: Any, job_ids: list[str], elapsed: float) -> tuple[Group, bool
         table.add_column(col)
     for jid in job_ids:
         j = jobs[jid]
-        step, total = j.progress.get("step"), j.progress.get("total_steps")
+        step, total = j.progress.get("step"), (j.progress.get("extra") or {}).get("total_steps")
         bar = f"{step}/{total}" if step is not None else "-"
         inst = instances.get(j.instance_ids[0]) if j.instance_ids else None
         table.add_row(j.spec.name, j.spec.priority.value, j.state.value, bar,

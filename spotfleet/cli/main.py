@@ -33,11 +33,13 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import cost, demo, jobs, server
+    from spotfleet.cli import cost, demo, explain, jobs, local, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
+    local.register(app)
+    explain.register(app)
     app.add_typer(cost.app, name="cost")
 
 

@@ -23,6 +23,8 @@ def up(
     from spotfleet.service import Service
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("apscheduler", "alembic", "httpx"):  # routine ticks and migrations are not news
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         cfg = load_config(config, overrides={"database": db, "api.host": host, "api.port": port,
                                              "data_dir": str(data_dir) if data_dir else None})  # fmt: skip

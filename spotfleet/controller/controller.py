@@ -23,7 +23,7 @@ from spotfleet.controller.executor import ExecutionResult, Executor
 from spotfleet.controller.plan import Plan, plan
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.controller.sync import Observation
-from spotfleet.errors import ProviderError
+from spotfleet.errors import InvalidSpec, ProviderError
 from spotfleet.ledger.usage import UsageRecorder
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
@@ -32,7 +32,7 @@ from spotfleet.model.offering import Offering, Offerings
 from spotfleet.model.snapshot import Budget, NodeReport, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
-from spotfleet.providers.base import Provider, ProviderInstance
+from spotfleet.providers.base import Provider, ProviderInstance, SupportsInterrupt
 from spotfleet.store.store import EventRecord, Store
 from spotfleet.wire import Assignment, DrainOrder, Heartbeat, HeartbeatResponse, LogChunk, RegisterRequest
 
@@ -107,6 +107,22 @@ class Controller:
         job = self.store.request_cancel(job_id)
         self.wake()
         return job
+
+    def interrupt(self, instance_id: str, *, kind: NoticeKind, notice: timedelta) -> datetime:
+        """Have the provider announce a reclaim of one instance (local/fake/sim only)."""
+        inst = self.store.get_instance(instance_id)
+        provider = self.providers.get(inst.provider)
+        if not isinstance(provider, SupportsInterrupt):
+            raise InvalidSpec(
+                "instance", f"{inst.provider} instances cannot be interrupted on demand (local provider only)"
+            )
+        if inst.provider_id is None or not inst.live:
+            raise InvalidSpec("instance", f"{instance_id} is {inst.state.value}: nothing to interrupt")
+        deadline = provider.interrupt(inst.provider_id, kind=kind, notice=notice)
+        self.store.add_event(EventRecord(at=self.clock.now(), kind="instance.interrupt_injected", instance_id=inst.id,
+                                         message=f"{kind.value} notice injected on {inst.id}, deadline {deadline:%H:%M:%S}"))  # fmt: skip
+        self.wake()
+        return deadline
 
     # ------------------------------------------------------------ offerings
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spotfleet.checkpoint import CHECKPOINTED_EXIT_CODE  # "checkpointed, resume me" (docs/checkpointing.md)
 from spotfleet.controller.step import StepState
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
@@ -27,8 +28,6 @@ from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
 from spotfleet.model.offering import Market
 from spotfleet.providers.base import CloudState, ProviderInstance
 from spotfleet.store.store import PendingNotice
-
-CHECKPOINTED_EXIT_CODE = 85  # documented in README "Making your job preemption-safe"
 
 I = InstanceState  # noqa: E741
 J = JobState

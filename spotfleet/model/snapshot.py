@@ -53,6 +53,34 @@ class Budget:
     tenant: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One past run of a job family, from the store: what forecasts learn from.
+
+    ``work`` is the progress the job reported over ``duration_s`` (in the job's
+    own unit, e.g. steps or samples); ``peak_gpu_memory_gib`` the most GPU memory
+    any of its GPUs used. Unknown fields stay ``None``.
+    """
+
+    family: str
+    gpu: str
+    gpus: int
+    duration_s: float
+    succeeded: bool = True
+    peak_gpu_memory_gib: float | None = None
+    work: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolExposure:
+    """Spot exposure observed in one pool (``Offering.key``): instance-hours
+    alive and how many of them ended in an interruption."""
+
+    pool: str
+    hours: float
+    interruptions: int
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything the planner may look at, read at one instant.
@@ -73,6 +101,9 @@ class Snapshot:
     unavailable: dict[str, datetime] = field(default_factory=dict)  # offering key -> until
     budgets: tuple[Budget, ...] = ()
     new_id: Callable[[str], str] = field(default_factory=lambda: random_ids())
+    # History for forecasts (policies/forecast.py); empty means "use the priors".
+    runs: tuple[RunRecord, ...] = ()
+    exposure: tuple[PoolExposure, ...] = ()
 
     def usable_offerings(self) -> Offerings:
         """Offerings not marked unavailable by a recent capacity error."""

@@ -1,0 +1,176 @@
+"""Explain: why a job is where it is, or why it is still pending — as data.
+
+``explain_job(snapshot, job_id)`` runs the same plan the controller would run
+and returns an ``Explanation``: where the job is (or what this plan would do
+with it), the market decision and its reason, the top offerings by expected
+cost per unit of work with every term of the formula, and each rejected
+offering's failed constraint, grouped by reason. ``to_dict()`` is what the API
+serves and ``spotfleet explain`` renders; nothing here formats for a terminal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spotfleet.errors import NotFound
+from spotfleet.model.job import JobState
+from spotfleet.model.snapshot import Snapshot
+from spotfleet.policies.selection import Scored, economics_of, rank
+from spotfleet.policies.shape import shape_of
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingRow:
+    key: str
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus: int
+    market: str
+    price_per_hour: float
+    throughput: float
+    hazard: float
+    overhead: float
+    egress_per_hour: float
+    fill: int
+    cost_per_work: float
+
+    @classmethod
+    def of(cls, s: Scored) -> OfferingRow:
+        o = s.offering
+        return cls(o.key, o.provider, o.region, o.zone, o.instance_type, o.gpu, o.gpu_count, o.market.value,
+                   o.price_per_hour, s.throughput, s.hazard, s.overhead, s.egress_per_hour, s.fill,
+                   s.cost_per_work)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedGroup:
+    reason: str
+    count: int
+    examples: tuple[str, ...]  # offering keys
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    node_rank: int
+    instance_id: str
+    instance_type: str
+    zone: str
+    market: str
+    gpu_indices: tuple[int, ...]
+    mig_slices: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    job_id: str
+    name: str
+    state: str
+    priority: str
+    summary: str
+    markets: tuple[str, ...] = ()
+    market_reason: str = ""
+    plan_status: str = ""  # bound | reserved | blocked | "" (not planned: already placed)
+    plan_code: str = ""
+    plan_reason: str = ""
+    note: str = ""  # preemption
+    placement: tuple[Placement, ...] = ()
+    top: tuple[OfferingRow, ...] = ()
+    rejected: tuple[RejectedGroup, ...] = ()
+    compatible: int = 0
+    work_unit: str = "A100-80GB-hour"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def explain_job(
+    snapshot: Snapshot, job_id: str, *, policy: SpotfleetPolicy | None = None, top: int | None = None
+) -> Explanation:
+    """Why ``job_id`` is where it is (raises ``NotFound`` for an unknown id)."""
+    job = snapshot.jobs.get(job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} not found")
+    policy = policy or SpotfleetPolicy()
+    knobs = policy.knobs
+    result = policy.plan(snapshot)
+    forecast = result.forecast
+    assert forecast is not None
+    shape = shape_of(job.spec, forecast)
+    econ = economics_of(job, forecast, knobs)
+    decision = result.markets.get(job.id)
+    if decision is None:  # not planned this step (already placed): what it would be
+        from spotfleet.policies.market import decide_market
+        from spotfleet.policies.spotfleet import _known_hours
+
+        decision = decide_market(job, now=snapshot.now, expected_hours=_known_hours(job.spec, forecast), knobs=knobs)
+    ranking = rank(snapshot.offerings, shape=shape, econ=econ, markets=decision.markets, forecast=forecast,
+                   unavailable=snapshot.unavailable, now=snapshot.now, market_reason=decision.reason,
+                   knobs=knobs)  # fmt: skip
+    groups: OrderedDict[str, list[str]] = OrderedDict()
+    for o, reason in ranking.rejected:
+        groups.setdefault(constraint_of(reason), []).append(o.key)
+    rejected = tuple(
+        RejectedGroup(reason, len(keys), tuple(keys[:3]))
+        for reason, keys in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    )
+    placement = tuple(
+        Placement(b.node_rank, b.instance_id,
+                  inst.offering.instance_type if inst else "?", inst.offering.zone if inst else "?",
+                  inst.offering.market.value if inst else "?", b.gpu_indices, b.mig_slices)
+        for b in job.bindings
+        for inst in [snapshot.instances.get(b.instance_id)]
+    )
+    outcome = result.outcomes.get(job.id)
+    note = result.notes.get(job.id, "")
+    summary = _summary(job.state, placement, outcome.status if outcome else "", outcome.reason if outcome else "",
+                       note, len(ranking.scored))  # fmt: skip
+    unit = "job units (learned)" if econ.learned else ("job units" if econ.override else "A100-80GB-hour")
+    return Explanation(
+        job_id=job.id, name=job.spec.name, state=job.state.value, priority=job.spec.priority.value, summary=summary,
+        markets=tuple(m.value for m in decision.markets), market_reason=decision.reason,
+        plan_status=outcome.status if outcome else "", plan_code=outcome.code if outcome else "",
+        plan_reason=outcome.reason if outcome else "", note=note, placement=placement,
+        top=tuple(OfferingRow.of(s) for s in ranking.scored[: top or knobs.explain_top]),
+        rejected=rejected, compatible=len(ranking.scored), work_unit=unit,
+    )  # fmt: skip
+
+
+_VARYING = (
+    (re.compile(r"^(region|provider|GPU) .+? not in "), r"\1 * not in "),  # region us-west-2 not in → region * not in
+    (re.compile(r"^[\d.]+ (GPUs|GiB per GPU|vCPUs|GiB memory|GiB GPU) <"), r"\1 <"),  # 1 GPUs < 4 → GPUs < 4
+    (re.compile(r"^\$[\d.]+/h >"), "price >"),
+    (re.compile(r" until \S+ after"), " after"),
+)
+
+
+def constraint_of(reason: str) -> str:
+    """A rejection reason with the offering's own value elided, so offerings
+    failing the same constraint group together (``region * not in [...]``)."""
+    for pattern, repl in _VARYING:
+        reason = pattern.sub(repl, reason)
+    return reason
+
+
+def _summary(state: JobState, placement: tuple[Placement, ...], status: str, reason: str, note: str,
+             compatible: int) -> str:  # fmt: skip
+    if placement and state is not JobState.PENDING:
+        where = ", ".join(f"{p.instance_id} ({p.instance_type} {p.market} in {p.zone})" for p in placement)
+        return f"{state.value} on {where}"
+    if state is not JobState.PENDING:
+        return state.value
+    if status == "bound":
+        return f"pending; this step binds it: {reason}"
+    if status == "blocked":
+        extra = f"; {note}" if note else ""
+        return f"pending: {reason}{extra}"
+    if compatible == 0:
+        return "pending: no offering satisfies the spec (see rejected)"
+    return "pending"

@@ -1,0 +1,55 @@
+"""Tuning knobs of the spotfleet policy, in one frozen dataclass.
+
+Every number a policy decision depends on lives here with its default and why,
+so ``docs/policies.md`` and a config file can name them. Durations are hours
+(the unit prices are quoted in) unless the name says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Knobs:
+    # --- selection (expected cost per unit of useful work)
+    restart_delay_h: float = 10 / 60
+    """Time an interrupted job loses to get capacity, boot and restore (per interruption)."""
+    default_duration_h: float = 1.0
+    """Job length assumed when neither the spec nor history says (egress amortisation, lost work)."""
+    egress_inter_region_per_gib: float = 0.02
+    """USD/GiB between regions of one cloud (AWS inter-region and GCP NA list prices)."""
+    egress_internet_per_gib: float = 0.09
+    """USD/GiB leaving a cloud (AWS internet egress, first tier)."""
+
+    # --- market
+    deadline_margin_h: float | None = None
+    """Hysteresis band around the uniform-progress schedule; None = one restart delay."""
+
+    # --- capacity
+    unavailable_ttl_s: float = 180.0
+    """How long a pool stays marked unavailable after InsufficientCapacity."""
+    max_alternatives: int = 3
+    """Substitute offerings carried on a Launch for the executor to try."""
+
+    # --- scale-down
+    idle_ttl_s: float = 300.0
+    """Emptiness: an instance idle this long is given back."""
+    consolidation_threshold_per_h: float = 1.0
+    """Consolidate when savings per hour / disruption cost (USD) ≥ this (Karpenter 'Balanced')."""
+    consolidation_max_utilization: float = 0.5
+    """Only instances using at most this share of their GPUs are consolidation candidates."""
+    consolidation_max_candidates: int = 20
+    disruption_budget_fraction: float = 0.1
+    """At most this share of live instances may be draining for consolidation at once."""
+    disruption_budget_min: int = 1
+
+    # --- preemption
+    preemption_enabled: bool = True
+    preemption_max_jobs: int = 50
+    """Urgent jobs considered for preemption per plan (bounds work and disruption per step)."""
+    explain_top: int = 5
+    """How many ranked offerings explain shows."""
+
+
+DEFAULT_KNOBS = Knobs()

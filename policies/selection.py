@@ -1,0 +1,414 @@
+"""Selection: rank offerings by expected cost per unit of useful work.
+
+For one node-shape of a job on offering ``o``::
+
+    cost_per_work = (price(o) · (1 + overhead(o)) / fill(o) + egress_per_hour(o))
+                    / (throughput(o.gpu) · gpu_units)
+
+    overhead(o)   = hazard(o) · nodes · (lost_work_h + restart_delay_h)
+
+- ``fill`` is how many nodes of this shape one instance holds (capped at the
+  number of like jobs waiting), so a lone 1-GPU job pays for a whole 8-GPU box
+  while eight of them share it: with ``fill·gpu_units = gpu_count`` this is
+  the issue's ``price / (throughput × gpus) × (1 + overhead)``.
+- ``hazard`` is interruptions per instance-hour (``forecast.Forecast.hazard``:
+  0 on-demand, a trace-derived prior updated by history for spot); a gang is
+  interrupted when any of its ``nodes`` is.
+- ``lost_work_h`` is half the checkpoint interval (the expected distance to the
+  last checkpoint), or half the job's expected duration when it does not
+  checkpoint; ``restart_delay_h`` is the knob of that name.
+- ``egress_per_hour`` is the one-off cost of moving the job's declared dataset
+  to a different region/cloud, spread over its expected duration.
+- ``throughput`` is ``spec.throughput`` scaled by the table, the family's
+  learned figure, or the table (``throughput.py``).
+
+Hard constraints (GPU count/type/memory, NVLink, MIG, allowed regions and
+providers, max price, market allowed by the market policy, pool not marked
+unavailable) reject an offering; ``rank(..., explain=True)`` keeps the reason.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import overload
+
+from spotfleet.model.job import Job
+from spotfleet.model.offering import Market, NodeRequirements, Offering
+from spotfleet.policies import throughput as tp
+from spotfleet.policies.forecast import Forecast
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.shape import Shape
+
+
+@dataclass(frozen=True, slots=True)
+class Economics:
+    """The job-level inputs of the cost formula (hashable: jobs group by it)."""
+
+    lost_work_h: float
+    restart_delay_h: float
+    expected_hours: float
+    learned: tuple[tuple[str, float], ...] = ()  # GPU -> work/GPU-hour of the family
+    override: float | None = None  # spec.throughput: work per A100-hour-equivalent
+    dataset_region: str | None = None
+    dataset_gib: float = 0.0
+
+    def throughput(self, gpu: str) -> float:
+        if self.learned:
+            return tp.scaled_throughput(gpu, dict(self.learned))
+        base = tp.table_throughput(gpu)
+        return base * self.override if self.override is not None else base
+
+
+def economics_of(job: Job, forecast: Forecast, knobs: Knobs) -> Economics:
+    spec = job.spec
+    if spec.expected_duration is not None:
+        hours = spec.expected_duration.total_seconds() / 3600.0
+    else:
+        predicted = forecast.duration_s(spec.job_family)
+        hours = predicted / 3600.0 if predicted else knobs.default_duration_h
+    hours = max(hours, 1e-3)
+    interval = spec.checkpoint.interval
+    lost = interval.total_seconds() / 7200.0 if interval is not None else hours / 2.0
+    learned = tuple(sorted(forecast.family_throughput(spec.job_family).items()))
+    return Economics(
+        lost_work_h=lost,
+        restart_delay_h=knobs.restart_delay_h,
+        expected_hours=hours,
+        learned=learned,
+        override=spec.throughput,
+        dataset_region=spec.dataset.region if spec.dataset else None,
+        dataset_gib=spec.dataset.size_gib if spec.dataset else 0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One offering with its expected cost per unit of work and the terms."""
+
+    offering: Offering
+    cost_per_work: float
+    throughput: float
+    hazard: float
+    overhead: float
+    egress_per_hour: float
+    fill: int
+
+
+@dataclass(slots=True)
+class Ranking:
+    scored: list[Scored] = field(default_factory=list)  # best first
+    rejected: list[tuple[Offering, str]] = field(default_factory=list)
+
+    def best(self) -> Scored | None:
+        return self.scored[0] if self.scored else None
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingClass:
+    """Offerings that differ only in price (and zone): same instance type,
+    market, hazard (and region, when egress matters). Within a class the cost
+    formula is increasing in price, so members are kept cheapest first and a
+    ranking scores one member per class at a time."""
+
+    members: tuple[Offering, ...]  # cheapest first
+    hazard: float
+    per: int  # nodes of the shape per instance
+    speed: float  # table work per GPU-hour
+
+
+class RankTable(Sequence[Scored]):
+    """Offerings ranked for one (shape, markets, economics, group size).
+
+    Design choice: a k-way merge over ``OfferingClass``es in a heap. Building
+    the table scores one offering per class (~170 for the whole catalog, not
+    1,500); reading row ``i`` pops the heap ``i`` times. Planning usually
+    reads one or two rows, so a ranking costs about one pass over the classes.
+    Rows come out in exact cost order (ties: price, then class order).
+    """
+
+    __slots__ = ("_add", "_built", "_classes", "_econ", "_group", "_heap", "_index", "_k", "_n", "_rows", "_shape",
+                 "_speed_of", "_units")
+
+    def __init__(self, index: OfferingIndex, shape: Shape, econ: Economics, group: int,
+                 classes: list[OfferingClass]) -> None:
+        self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
+        units = shape.gpu_units if shape.gpu_units > 0 else 1.0
+        k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
+        speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
+        dataset = econ.dataset_region is not None and econ.dataset_gib > 0
+        self._k, self._units, self._speed_of = k, units, speed_of
+        heap: list[tuple[float, float, int, int]]
+        if speed_of is None and not dataset:  # the common case: one comprehension
+            heap = [(c.members[0].price_per_hour * (1.0 + c.hazard * k) / (c.per if c.per < group else group)
+                     / (c.speed * units), c.members[0].price_per_hour, ci, 0) for ci, c in enumerate(classes)]
+            self._add: list[float] | None = None
+        else:
+            heap = []
+            adds: list[float] = []
+            for ci, c in enumerate(classes):
+                speed = (speed_of(c.members[0].gpu) if speed_of else c.speed) * units
+                add = 0.0
+                if dataset:
+                    add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
+                adds.append(add)
+                price = c.members[0].price_per_hour
+                heap.append((price * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed + add,
+                             price, ci, 0))
+            self._add = adds
+        heapq.heapify(heap)
+        self._heap = heap
+        self._n = sum(len(c.members) for c in classes)
+        self._rows: list[tuple[float, float, int, int]] = []
+        self._built: dict[int, Scored] = {}
+
+    def _expand(self, i: int) -> None:
+        rows, heap, classes = self._rows, self._heap, self._classes
+        while len(rows) <= i and heap:
+            item = heapq.heappop(heap)
+            rows.append(item)
+            ci, mi = item[2], item[3] + 1
+            c = classes[ci]
+            if mi < len(c.members):
+                speed = (self._speed_of(c.members[0].gpu) if self._speed_of else c.speed) * self._units
+                fill = c.per if c.per < self._group else self._group
+                add = self._add[ci] if self._add is not None else 0.0
+                price = c.members[mi].price_per_hour
+                heapq.heappush(heap, (price * (1.0 + c.hazard * self._k) / fill / speed + add, price, ci, mi))
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> Scored: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Scored]: ...
+    def __getitem__(self, i: int | slice) -> Scored | list[Scored]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        found = self._built.get(i)
+        if found is None:
+            self._expand(i)
+            _, _, ci, mi = self._rows[i]
+            c = self._classes[ci]
+            found = self._built[i] = score(c.members[mi], shape=self._shape, econ=self._econ, hazard=c.hazard,
+                                           group=self._group, index=self._index, knobs=self._index.knobs)
+        return found
+
+    def __iter__(self) -> Iterator[Scored]:
+        for i in range(self._n):
+            yield self[i]
+
+    def price(self, i: int) -> float:
+        self._expand(i)
+        return self._rows[i][1]
+
+    def max_fill(self) -> int:
+        return max((c.per for c in self._classes), default=0)
+
+
+def _speed_function(econ: Economics) -> Callable[[str], float]:
+    if econ.learned:
+        learned = dict(econ.learned)
+        cache: dict[str, float] = {}
+
+        def learned_speed(gpu: str) -> float:
+            v = cache.get(gpu)
+            if v is None:
+                v = cache[gpu] = tp.scaled_throughput(gpu, learned)
+            return v
+
+        return learned_speed
+    if econ.override is not None:
+        factor = econ.override
+        return lambda gpu: tp.table_throughput(gpu) * factor
+    return tp.table_throughput
+
+
+class OfferingIndex:
+    """Offerings grouped by instance type, with per-plan caches.
+
+    Design choice: type-level constraints (GPU count, model, memory, NVLink,
+    MIG) are checked once per (shape, instance type) — 85 types instead of
+    1,500 offerings — and only the where/price checks run per offering.
+    Rankings are cached by what the cost formula actually reads (an
+    on-demand-only ranking ignores the interruption terms).
+    """
+
+    def __init__(
+        self,
+        offerings: Iterable[Offering],
+        *,
+        forecast: Forecast,
+        unavailable: dict[str, datetime] | None = None,
+        now: datetime | None = None,
+        knobs: Knobs | None = None,
+    ) -> None:
+        self.forecast = forecast
+        self.knobs = knobs or Knobs()
+        self.now = now
+        self.unavailable = unavailable or {}
+        self.by_type: dict[tuple[str, str], list[Offering]] = {}
+        self.regions_of: dict[str, set[str]] = {}
+        self.hazard: dict[int, float] = {}
+        self.usable_ids: set[int] = set()
+        for o in offerings:
+            self.by_type.setdefault((o.provider, o.instance_type), []).append(o)
+            self.regions_of.setdefault(o.provider, set()).add(o.region)
+            self.hazard[id(o)] = forecast.hazard(o)
+            if self._usable(o):
+                self.usable_ids.add(id(o))
+        self._type_ok: dict[tuple[Shape, str, str], str | None] = {}
+        self._classes: dict[tuple[Shape, tuple[Market, ...], bool], list[OfferingClass]] = {}
+        self._ranked: dict[tuple[object, ...], RankTable] = {}
+
+    def hazard_of(self, offering: Offering) -> float:
+        found = self.hazard.get(id(offering))
+        return found if found is not None else self.forecast.hazard(offering)
+
+    def _usable(self, offering: Offering) -> bool:
+        if not offering.available:
+            return False
+        until = self.unavailable.get(offering.key) if self.unavailable else None
+        return until is None or self.now is None or until <= self.now
+
+    def usable(self, offering: Offering) -> bool:
+        return id(offering) in self.usable_ids or (id(offering) not in self.hazard and self._usable(offering))
+
+    def type_rejection(self, shape: Shape, offering: Offering) -> str | None:
+        key = (shape, offering.provider, offering.instance_type)
+        try:
+            return self._type_ok[key]
+        except KeyError:
+            reason = offering.rejection(shape.type_req) or shape.share_rejection(offering)
+            self._type_ok[key] = reason
+            return reason
+
+    def accepts(self, shape: Shape, offering: Offering, markets: tuple[Market, ...]) -> bool:
+        """Fast hard-constraint check (no reason): used for capacity scans."""
+        if offering.market not in markets:
+            return False
+        if self.type_rejection(shape, offering) is not None:
+            return False
+        return _location_ok(shape.req, offering)
+
+    def classes(self, shape: Shape, markets: tuple[Market, ...], *, by_region: bool = False) -> list[OfferingClass]:
+        """Usable offerings meeting every hard constraint, as price-ordered classes."""
+        key = (shape, markets, by_region)
+        found = self._classes.get(key)
+        if found is not None:
+            return found
+        out: list[OfferingClass] = []
+        usable = self.usable_ids
+        for group in self.by_type.values():
+            if self.type_rejection(shape, group[0]) is not None:
+                continue
+            per = shape.per_instance(group[0])
+            if per <= 0:
+                continue
+            speed = tp.table_throughput(group[0].gpu)
+            split: dict[tuple[Market, float, str], list[Offering]] = {}
+            for o in group:
+                if o.market in markets and id(o) in usable and _location_ok(shape.req, o):
+                    split.setdefault((o.market, self.hazard[id(o)], o.region if by_region else ""), []).append(o)
+            for (_, hazard, _), members in split.items():
+                members.sort(key=lambda o: o.price_per_hour)
+                out.append(OfferingClass(tuple(members), hazard, per, speed))
+        self._classes[key] = out
+        return out
+
+    def compatible(self, shape: Shape, markets: tuple[Market, ...]) -> list[Offering]:
+        return [o for c in self.classes(shape, markets) for o in c.members]
+
+    def ranked(self, shape: Shape, markets: tuple[Market, ...], econ: Economics, *, group: int = 1) -> RankTable:
+        """Compatible offerings, cheapest expected cost per unit of work first."""
+        spot = Market.SPOT in markets
+        dataset = (econ.dataset_region, econ.dataset_gib, econ.expected_hours) if econ.dataset_region else None
+        key = (shape, markets, econ.lost_work_h + econ.restart_delay_h if spot else None, econ.learned,
+               econ.override, dataset, group)
+        found = self._ranked.get(key)
+        if found is None:
+            classes = self.classes(shape, markets, by_region=dataset is not None)
+            found = self._ranked[key] = RankTable(self, shape, econ, group, classes)
+        return found
+
+
+def _location_ok(req: NodeRequirements, o: Offering) -> bool:
+    if req.providers and o.provider not in req.providers:
+        return False
+    if req.regions and o.region not in req.regions:
+        return False
+    return req.max_price_per_hour is None or o.price_per_hour <= req.max_price_per_hour
+
+
+def egress_cost(econ: Economics, offering: Offering, *, index: OfferingIndex | None, knobs: Knobs) -> float:
+    """One-off USD to move the job's dataset to ``offering``'s region."""
+    if econ.dataset_region is None or econ.dataset_gib <= 0 or econ.dataset_region == offering.region:
+        return 0.0
+    same_cloud = index is not None and econ.dataset_region in index.regions_of.get(offering.provider, ())
+    rate = knobs.egress_inter_region_per_gib if same_cloud else knobs.egress_internet_per_gib
+    return econ.dataset_gib * rate
+
+
+def score(
+    offering: Offering,
+    *,
+    shape: Shape,
+    econ: Economics,
+    hazard: float,
+    group: int = 1,
+    index: OfferingIndex | None = None,
+    knobs: Knobs | None = None,
+) -> Scored:
+    """The cost-per-work formula of the module docstring for one offering."""
+    per_instance = shape.per_instance(offering)
+    fill = min(per_instance, max(group, 1))
+    speed = econ.throughput(offering.gpu)
+    units = shape.gpu_units if shape.gpu_units > 0 else 1.0
+    overhead = hazard * shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
+    egress_h = egress_cost(econ, offering, index=index, knobs=knobs or Knobs()) / econ.expected_hours
+    if fill <= 0:
+        return Scored(offering, float("inf"), speed, hazard, overhead, egress_h, 0)
+    cost = (offering.price_per_hour * (1.0 + overhead) / fill + egress_h) / (speed * units)
+    return Scored(offering, cost, speed, hazard, overhead, egress_h, fill)
+
+
+def rank(
+    offerings: Iterable[Offering],
+    *,
+    shape: Shape,
+    econ: Economics,
+    markets: Sequence[Market],
+    forecast: Forecast,
+    group: int = 1,
+    unavailable: dict[str, datetime] | None = None,
+    now: datetime | None = None,
+    market_reason: str = "",
+    knobs: Knobs | None = None,
+) -> Ranking:
+    """Every offering scored or rejected with the constraint it failed (explain)."""
+    items = list(offerings)
+    index = OfferingIndex(items, forecast=forecast, unavailable=unavailable, now=now, knobs=knobs)
+    ranking = Ranking()
+    for o in items:
+        reason = shape.rejection(o)
+        if reason is None and o.market not in markets:
+            reason = f"market {o.market.value} not allowed" + (f": {market_reason}" if market_reason else "")
+        if reason is None and not index.usable(o):
+            until = index.unavailable.get(o.key)
+            reason = "marked unavailable" + (f" until {until.isoformat()}" if until else "") + " after a capacity error"
+        if reason is None:
+            s = score(o, shape=shape, econ=econ, hazard=index.hazard_of(o), group=group, index=index, knobs=index.knobs)
+            if s.fill > 0:
+                ranking.scored.append(s)
+                continue
+            reason = "instance too small for one node (cpus/memory)"
+        ranking.rejected.append((o, reason))
+    ranking.scored.sort(key=lambda s: (s.cost_per_work, s.offering.price_per_hour, s.offering.key))
+    return ranking

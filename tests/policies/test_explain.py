@@ -1,0 +1,75 @@
+"""Explain: structured reasons, and the CLI rendering them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spotfleet.cli.main import app
+from spotfleet.errors import NotFound
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import Budget
+from spotfleet.policies.explain import explain_job
+
+from .builders import instance, job, offering, running, snapshot
+
+OFFERS = [
+    offering("g5.xlarge", "A10G", 1, 1.00, gpu_memory_gib=24),
+    offering("g5.xlarge", "A10G", 1, 0.40, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24),
+    offering("p5.48xlarge", "H100", 8, 98.0),
+    offering("g4dn.xlarge", "T4", 1, 0.50, gpu_memory_gib=16),
+]
+
+
+def test_pending_job_blocked_by_budget_says_so_with_ranked_offerings() -> None:
+    j = job("j", priority="critical", resources={"gpu_memory_gib": 20})
+    snap = snapshot(jobs=[j], offerings=OFFERS, budgets=(Budget(0.5),))
+    e = explain_job(snap, "j")
+    assert e.state == "pending" and e.plan_status == "blocked" and e.plan_code == "budget"
+    assert "budget" in e.summary
+    assert e.markets == ("on_demand",)
+    assert [r.instance_type for r in e.top] == ["g5.xlarge", "p5.48xlarge"]
+    assert e.top[0].cost_per_work <= e.top[1].cost_per_work
+    reasons = {g.reason: g.count for g in e.rejected}
+    assert reasons["GiB per GPU < 20 GiB needed"] == 1  # the offering's own 16 GiB elided for grouping
+    assert any(r.startswith("market spot not allowed") for r in reasons)
+    assert e.compatible + sum(g.count for g in e.rejected) == len(OFFERS)
+    json.dumps(e.to_dict())  # serialisable as the API serves it
+
+
+def test_running_job_shows_where_it_is() -> None:
+    inst = instance("i1", OFFERS[0])
+    e = explain_job(snapshot(jobs=[running("r", inst, (0,))], instances=[inst], offerings=OFFERS), "r")
+    assert e.summary.startswith("running on i1 (g5.xlarge on_demand")
+    assert [p.instance_id for p in e.placement] == ["i1"]
+
+
+def test_unknown_job_is_not_found() -> None:
+    with pytest.raises(NotFound):
+        explain_job(snapshot(offerings=OFFERS), "nope")
+
+
+def test_cli_explains_a_spec_offline(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: tiny\ncommand: python t.py\nresources: {gpus: 1, gpu_types: [T4]}\nregions: [us-east-1]\n")
+    runner = CliRunner()
+    result = runner.invoke(app, ["explain", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "best offerings" in result.output and "rejected offerings" in result.output
+    result = runner.invoke(app, ["explain", "--spec", str(spec), "--json"])
+    data = json.loads(result.output)
+    assert data["top"] and all(r["gpu"] == "T4" and r["region"] == "us-east-1" for r in data["top"])
+    assert runner.invoke(app, ["explain"]).exit_code == 2
+
+
+def test_rejections_group_by_constraint() -> None:
+    from spotfleet.policies.explain import constraint_of
+
+    assert constraint_of("region us-west-2 not in allowed regions ['us-east-1']") == (
+        "region * not in allowed regions ['us-east-1']")
+    assert constraint_of("GPU RTX PRO Server 6000 not in ['H100']") == "GPU * not in ['H100']"
+    assert constraint_of("1 GPUs < 8 needed per node") == "GPUs < 8 needed per node"
+    assert constraint_of("$3.00/h > max price $2.50/h") == "price > max price $2.50/h"
