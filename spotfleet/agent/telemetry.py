@@ -11,7 +11,7 @@ What one sample holds (``GpuTelemetry.sample`` → the heartbeat's ``telemetry``
                "utilization_pct": 97.0, "memory_used_mib": 20300.0, "pids": [4242]}]}
 
 Processes are attributed to jobs by process group: the runner starts every job
-node in its own group (``JobProcess.pgid``), so ``os.getpgid(pid)`` of a
+node in its own session (its group id is its pid), so ``os.getpgid(pid)`` of a
 compute process names its job, whichever worker or data loader opened the GPU.
 A job's utilisation is the mean over the GPUs it was assigned (its
 ``CUDA_VISIBLE_DEVICES``, which the agent sets in NVML's index order); its
@@ -54,7 +54,7 @@ def job_groups(runner: Any) -> list[JobGroup]:
         if proc.exit_code is not None:
             continue
         a = proc.assignment
-        out.append(JobGroup(a.job_id, a.attempt, a.node_rank, proc.pgid, tuple(a.gpu_indices)))
+        out.append(JobGroup(a.job_id, a.attempt, a.node_rank, proc.popen.pid, tuple(a.gpu_indices)))
     return out
 
 

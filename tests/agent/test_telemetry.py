@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,29 @@ def test_real_process_group_lookup() -> None:
     finally:
         os.killpg(parent.pid, 9)
         parent.wait()
+
+
+def test_job_groups_of_the_real_runner(tmp_path: Path) -> None:
+    """The agent feeds the collector from the real JobRunner: its job processes'
+    group ids must be what os.getpgid reports for processes inside the job."""
+    from spotfleet.agent.runner import JobRunner
+    from spotfleet.agent.telemetry import job_groups
+    from spotfleet.clock import FakeClock
+    from spotfleet.wire import Assignment
+
+    runner = JobRunner(work_dir=tmp_path, clock=FakeClock(), gpu_count=2)
+    code = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); time.sleep(30)"
+    a = Assignment(job_id="job-g", attempt=3, node_rank=0, name="g", command=[sys.executable, "-c", code],
+                   gpu_indices=[1], checkpoint_dir=str(tmp_path / "ckpt"))  # fmt: skip
+    runner.reconcile([a])
+    try:
+        (group,) = job_groups(runner)
+        assert (group.job_id, group.attempt, group.node_rank, group.gpu_indices) == ("job-g", 3, 0, (1,))
+        (proc,) = runner.procs.values()
+        assert os.getpgid(proc.popen.pid) == group.pgid
+        tel = GpuTelemetry(
+            make_nvml([FakeGpu(), FakeGpu(utilization=70, processes=[FakeProcess(proc.popen.pid, 64 * MIB)])])
+        )
+        assert tel.sample([group])["jobs"][0]["pids"] == [proc.popen.pid]
+    finally:
+        runner.stop_all()
