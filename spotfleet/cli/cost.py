@@ -82,8 +82,23 @@ def open_store(config: Path | None, db: str | None) -> Store:
 
     cfg = load_config(config, overrides={"database": db})
     store = Store(cfg.database_url)
-    store.migrate()
+    if not _schema_current(store):
+        store.migrate()  # an older store (or a new file): bring it up, as `spotfleet up` would
     return store
+
+
+def _schema_current(store: Store) -> bool:
+    """True when the store is at the newest Alembic revision: then nothing is
+    written, so reports also run against a read-only replica."""
+    from importlib import resources
+
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(resources.files("spotfleet") / "store" / "migrations"))
+    with store.engine.connect() as conn:
+        current = set(MigrationContext.configure(conn).get_current_heads())
+    return current == set(script.get_heads())
 
 
 def _rules(specs: list[str] | None) -> Mapping[str, BillingRule] | None:

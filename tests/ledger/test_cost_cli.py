@@ -125,3 +125,10 @@ def test_billing_rule_option_changes_the_minimum(db: tuple[str, str]) -> None:
     # the extra is all billing minimum (each segment's cost is rounded once, so allow a few micro-dollars)
     extra = longer["billing_minimum_cost"] - base["billing_minimum_cost"]
     assert longer["cost"] - base["cost"] == pytest.approx(extra, abs=5e-6)
+
+
+def test_reports_run_against_a_read_only_store(db: tuple[str, str]) -> None:
+    url, _ = db
+    path = url.removeprefix("sqlite:///")
+    read_only = f"sqlite:///file:{path}?mode=ro&uri=true"
+    assert json.loads(cost("report", "--db", read_only, "--format", "json"))["totals"]["jobs"] == 1
