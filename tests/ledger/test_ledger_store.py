@@ -86,20 +86,21 @@ def run_interrupted_job(h: Harness) -> str:
     return job.id
 
 
-def test_interrupted_job_costs_restart_overhead_and_redone_work(sqlite_store: Store, tmp_path: Path) -> None:
+def test_interrupted_job_costs_restart_overhead_and_redone_work(store: Store, tmp_path: Path) -> None:
+    """On SQLite and PostgreSQL."""
     a = gpu_offering(zone="us-east-1a", spot=0.90)
     b = gpu_offering(zone="us-east-1b", spot=0.95)
-    h = make_harness(sqlite_store, tmp_path, FakeProvider(offering_list=[a, b]))
+    h = make_harness(store, tmp_path, FakeProvider(offering_list=[a, b]))
     job_id = run_interrupted_job(h)
-    usage = load_usage(sqlite_store, [job_id])
+    usage = load_usage(store, [job_id])
     u1, u2 = usage[(job_id, 1, 0)], usage[(job_id, 2, 0)]
     assert (u1.resume_step, u1.last_step, u1.checkpoint_step) == (None, 35, 20)
     assert (u2.resume_step, u2.last_step) == (20, 100)
     assert u1.peak_gpu_memory_mib == 14500.0 and u1.gpu_samples == 4
-    assert job_gpu_usage(sqlite_store, job_id)["peak_gpu_memory_mib"] == 14500.0
+    assert job_gpu_usage(store, job_id)["peak_gpu_memory_mib"] == 14500.0
 
     now = h.clock.now()
-    data = build(sqlite_store, now=now)
+    data = build(store, now=now)
     lines = data.ledger.lines
     for bill in data.ledger.instances.values():
         assert bill.closed
@@ -122,7 +123,7 @@ def test_interrupted_job_costs_restart_overhead_and_redone_work(sqlite_store: St
     a2_restart = [ln for ln in lines if ln.phase is Phase.RESTART]
     assert a2_restart and all(ln.attempt is not None and ln.attempt.attempt == 2 for ln in a2_restart)
 
-    report = compute_report(sqlite_store, now=now, by=["job"])
+    report = compute_report(store, now=now, by=["job"])
     t = report.totals
     assert t.interruption == phases[Phase.RESTART] + phases[Phase.REDONE]
     assert sum(s.cost for _, s in report.rows) == t.cost == sum(b.cost for b in data.ledger.instances.values())
