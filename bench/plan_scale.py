@@ -77,9 +77,14 @@ def make_specs(rng: random.Random, n: int) -> list[JobSpec]:
         if base is None:
             _, res, extra = TEMPLATES[t]
             data: dict[str, Any] = {
-                "name": f"fam-{t}", "command": "python train.py", "resources": res, "tenant": tenant,
-                "priority": "normal" if prio == "deadline" else prio, "expected_duration": duration,
-                "checkpoint": {"interval": interval} if interval else {}, **extra,
+                "name": f"fam-{t}",
+                "command": "python train.py",
+                "resources": res,
+                "tenant": tenant,
+                "priority": "normal" if prio == "deadline" else prio,
+                "expected_duration": duration,
+                "checkpoint": {"interval": interval} if interval else {},
+                **extra,
             }
             base = bases[key] = JobSpec.model_validate(data)
         update: dict[str, Any] = {"name": f"job-{k}"}
@@ -120,11 +125,12 @@ def build_snapshot(n_jobs: int, n_instances: int, *, seed: int = 7, offerings: O
             if r.mig or r.gpu_fraction or r.nodes > 1 or r.gpus > len(free) or r.gpus == 0:
                 spec = spec.model_copy(update={"resources": Resources(gpus=1)})
                 r = spec.resources
-            gpus, free = free[: r.gpus], free[r.gpus:]
+            gpus, free = free[: r.gpus], free[r.gpus :]
             started = NOW - timedelta(minutes=rng.randint(1, 300))
             jid = f"r{k}-{j}"
-            job = Job(jid, spec, JobState.RUNNING, started, started, attempt=1,
-                      bindings=(Binding(0, inst.id, tuple(gpus)),))
+            job = Job(
+                jid, spec, JobState.RUNNING, started, started, attempt=1, bindings=(Binding(0, inst.id, tuple(gpus)),)
+            )
             if rng.random() < 0.7:
                 job.checkpoint = Checkpoint("s3://ckpt/x", 100, NOW - timedelta(minutes=rng.randint(1, 60)), 1)
             jobs[jid] = job
@@ -187,13 +193,21 @@ def run(sizes: list[tuple[int, int]], *, repeat: int, profile: bool) -> list[dic
         kinds: dict[str, int] = {}
         for c in commands:
             kinds[type(c).__name__] = kinds.get(type(c).__name__, 0) + 1
-        rows.append({
-            "jobs": n_jobs, "instances": n_inst, "offerings": len(catalog), "pending": pending,
-            "all_jobs": len(snap.jobs), "seconds": round(min(times), 4), "median": round(statistics.median(times), 4),
-            "cpu_seconds": round(min(cpu), 4),
-            "plan_seconds": round(full[0], 4) if full else None, "plan_cpu_seconds": round(full[1], 4) if full else None,
-            "commands": kinds,
-        })
+        rows.append(
+            {
+                "jobs": n_jobs,
+                "instances": n_inst,
+                "offerings": len(catalog),
+                "pending": pending,
+                "all_jobs": len(snap.jobs),
+                "seconds": round(min(times), 4),
+                "median": round(statistics.median(times), 4),
+                "cpu_seconds": round(min(cpu), 4),
+                "plan_seconds": round(full[0], 4) if full else None,
+                "plan_cpu_seconds": round(full[1], 4) if full else None,
+                "commands": kinds,
+            }
+        )
         if profile:
             prof = cProfile.Profile()
             prof.enable()
@@ -217,17 +231,31 @@ def main() -> None:
     else:
         sizes = [(1000, 200), (10000, 2000)]
     rows = run(sizes, repeat=args.repeat, profile=args.profile)
-    print(f"{'jobs':>7} {'instances':>9} {'offerings':>9} {'pending':>8} {'seconds':>8} {'median':>8} {'cpu':>6} {'plan()':>7} {'cpu':>6}  commands")
+    print(
+        f"{'jobs':>7} {'instances':>9} {'offerings':>9} {'pending':>8} {'seconds':>8} {'median':>8} {'cpu':>6} {'plan()':>7} {'cpu':>6}  commands"
+    )
     for r in rows:
         cmds = " ".join(f"{k}={v}" for k, v in sorted(r["commands"].items()))
-        print(f"{r['jobs']:>7} {r['instances']:>9} {r['offerings']:>9} {r['pending']:>8} {r['seconds']:>8.3f} "
-              f"{r['median']:>8.3f} {r['cpu_seconds']:>6.3f} {r['plan_seconds'] or 0:>7.3f} {r['plan_cpu_seconds'] or 0:>6.3f}  {cmds}")
+        print(
+            f"{r['jobs']:>7} {r['instances']:>9} {r['offerings']:>9} {r['pending']:>8} {r['seconds']:>8.3f} "
+            f"{r['median']:>8.3f} {r['cpu_seconds']:>6.3f} {r['plan_seconds'] or 0:>7.3f} {r['plan_cpu_seconds'] or 0:>6.3f}  {cmds}"
+        )
     growth = rows[-1]["seconds"] / rows[0]["seconds"] if len(rows) > 1 and rows[0]["seconds"] else None
     cpu_growth = rows[-1]["cpu_seconds"] / rows[0]["cpu_seconds"] if len(rows) > 1 and rows[0]["cpu_seconds"] else None
-    print(json.dumps({"bench": "plan_scale", "what": "SpotfleetPolicy.decide", "rows": rows,
-                      "seconds": rows[-1]["seconds"], "growth": round(growth, 2) if growth else None,
-                      "cpu_seconds": rows[-1]["cpu_seconds"], "cpu_growth": round(cpu_growth, 2) if cpu_growth else None,
-                      "plan_seconds": rows[-1]["plan_seconds"]}))
+    print(
+        json.dumps(
+            {
+                "bench": "plan_scale",
+                "what": "SpotfleetPolicy.decide",
+                "rows": rows,
+                "seconds": rows[-1]["seconds"],
+                "growth": round(growth, 2) if growth else None,
+                "cpu_seconds": rows[-1]["cpu_seconds"],
+                "cpu_growth": round(cpu_growth, 2) if cpu_growth else None,
+                "plan_seconds": rows[-1]["plan_seconds"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

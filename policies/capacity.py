@@ -56,8 +56,22 @@ class Slot:
 class Cap:
     """Room left on one instance during a plan."""
 
-    __slots__ = ("cpus", "drainable", "free", "id", "jobs", "memory", "new", "offering", "pool", "reserved_for",
-                 "schedulable", "slots", "tenant", "touched")
+    __slots__ = (
+        "cpus",
+        "drainable",
+        "free",
+        "id",
+        "jobs",
+        "memory",
+        "new",
+        "offering",
+        "pool",
+        "reserved_for",
+        "schedulable",
+        "slots",
+        "tenant",
+        "touched",
+    )
 
     def __init__(self, instance_id: str, offering: Offering, *, schedulable: bool = True, new: bool = False) -> None:
         self.id = instance_id
@@ -83,8 +97,9 @@ class Cap:
     @property
     def used_gpus(self) -> float:
         n = self.offering.gpu_count
-        partial = sum(s.slices / MIG_SLICES_PER_GPU if s.mode is ShareKind.MIG else s.fraction
-                      for s in self.slots.values())
+        partial = sum(
+            s.slices / MIG_SLICES_PER_GPU if s.mode is ShareKind.MIG else s.fraction for s in self.slots.values()
+        )
         return n - len(self.free) - len(self.slots) + partial
 
     def _partial(self, shape: Shape) -> int | None:
@@ -152,7 +167,7 @@ class Cap:
             slot.memory_gib += shape.mig_memory_gib
             return Binding(rank, self.id, (idx,), mig_slices=shape.slices)
         slot.fraction += shape.fraction
-        return Binding(rank, self.id, (idx,))
+        return Binding(rank, self.id, (idx,), gpu_fraction=shape.fraction)
 
     def occupy(self, job: Job, binding: Binding) -> None:
         """Account for a node of ``job`` already bound here (from the snapshot)."""
@@ -219,6 +234,12 @@ class Cap:
         c.id, c.offering, c.pool, c.schedulable, c.new = self.id, self.offering, self.pool, self.schedulable, self.new
         c.free = list(self.free)
         c.slots = {i: Slot(s.mode, s.slices, s.memory_gib, s.fraction) for i, s in self.slots.items()}
-        c.cpus, c.memory, c.jobs, c.tenant, c.touched = self.cpus, self.memory, list(self.jobs), self.tenant, self.touched
+        c.cpus, c.memory, c.jobs, c.tenant, c.touched = (
+            self.cpus,
+            self.memory,
+            list(self.jobs),
+            self.tenant,
+            self.touched,
+        )
         c.reserved_for, c.drainable = self.reserved_for, self.drainable
         return c

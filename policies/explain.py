@@ -122,9 +122,15 @@ def explain_job(
         for reason, keys in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     )
     placement = tuple(
-        Placement(b.node_rank, b.instance_id,
-                  inst.offering.instance_type if inst else "?", inst.offering.zone if inst else "?",
-                  inst.offering.market.value if inst else "?", b.gpu_indices, b.mig_slices)
+        Placement(
+            b.node_rank,
+            b.instance_id,
+            inst.offering.instance_type if inst else "?",
+            inst.offering.zone if inst else "?",
+            inst.offering.market.value if inst else "?",
+            b.gpu_indices,
+            b.mig_slices,
+        )
         for b in job.bindings
         for inst in [snapshot.instances.get(b.instance_id)]
     )

@@ -78,9 +78,7 @@ class Forecast:
             acc2 = pools[exp.pool]
             acc2[0] += exp.interruptions
             acc2[1] += exp.hours
-        hazard = {
-            pool: _posterior(_prior_for_pool(pool), k, h, prior_strength_hours) for pool, (k, h) in pools.items()
-        }
+        hazard = {pool: _posterior(_prior_for_pool(pool), k, h, prior_strength_hours) for pool, (k, h) in pools.items()}
         return cls(
             durations_s={f: statistics.median(v) for f, v in durations.items()},
             peak_memory_gib=peaks,

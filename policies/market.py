@@ -182,14 +182,17 @@ def share_of(job: Job, instance: Instance) -> float:
 
 
 LIVE_STATES = frozenset(
-    {InstanceState.REQUESTED, InstanceState.PROVISIONING, InstanceState.RUNNING, InstanceState.DRAINING,
-     InstanceState.TERMINATING}
+    {
+        InstanceState.REQUESTED,
+        InstanceState.PROVISIONING,
+        InstanceState.RUNNING,
+        InstanceState.DRAINING,
+        InstanceState.TERMINATING,
+    }
 )
 
 
-def spend_rates(
-    instances: Iterable[Instance], jobs: Iterable[Job]
-) -> tuple[float, dict[str, float]]:
+def spend_rates(instances: Iterable[Instance], jobs: Iterable[Job]) -> tuple[float, dict[str, float]]:
     """(global USD/h of live instances, tenant → USD/h of their shares)."""
     live = {i.id: i for i in instances if i.state in LIVE_STATES}
     total = sum(i.offering.price_per_hour for i in live.values())

@@ -247,13 +247,17 @@ class Placer:
         while pending:
             d0 = pending.popleft()
             if d0.tenant in broke:
-                self._block(d0, "budget", f"budget: no offering fits (headroom ${self.ledger.headroom(d0.tenant):.2f}/h)")
+                self._block(
+                    d0, "budget", f"budget: no offering fits (headroom ${self.ledger.headroom(d0.tenant):.2f}/h)"
+                )
                 continue
             ranked = self.index.ranked(shape, markets, econ, group=min(len(pending) + 1, cap_group))
             pos = next((j for j in range(len(ranked)) if self.ledger.can_launch(d0.tenant, ranked.price(j))), None)
             if pos is None:
                 broke.add(d0.tenant)
-                self._block(d0, "budget", f"budget: no offering fits (headroom ${self.ledger.headroom(d0.tenant):.2f}/h)")
+                self._block(
+                    d0, "budget", f"budget: no offering fits (headroom ${self.ledger.headroom(d0.tenant):.2f}/h)"
+                )
                 continue
             choice = ranked[pos]
             o = choice.offering
@@ -263,8 +267,12 @@ class Placer:
                                           f"(${choice.cost_per_work:.4f} per unit of work)")  # fmt: skip
                 self._bound(d0, (cap.take(shape),), f"new {o.market.value} {o.instance_type} in {o.zone}")
                 continue
-            cap = self._launch(o, tenant=d0.tenant, alternatives=self._alternatives(ranked, pos, fill=choice.fill),
-                               reason=f"{d0.job.id}: ${choice.cost_per_work:.4f} per unit of work")
+            cap = self._launch(
+                o,
+                tenant=d0.tenant,
+                alternatives=self._alternatives(ranked, pos, fill=choice.fill),
+                reason=f"{d0.job.id}: ${choice.cost_per_work:.4f} per unit of work",
+            )
             why = f"new {o.market.value} {o.instance_type} in {o.zone} (${choice.cost_per_work:.4f}/unit of work)"
             self._bound(d0, (cap.take(shape),), why)
             deferred: list[Demand] = []
@@ -303,8 +311,16 @@ class Placer:
             out.append(o)
         return tuple(out)
 
-    def _launch(self, offering: Offering, *, tenant: str, alternatives: tuple[Offering, ...] = (), reason: str,
-                placement_group: str | None = None, reserved_for: str | None = None) -> Cap:
+    def _launch(
+        self,
+        offering: Offering,
+        *,
+        tenant: str,
+        alternatives: tuple[Offering, ...] = (),
+        reason: str,
+        placement_group: str | None = None,
+        reserved_for: str | None = None,
+    ) -> Cap:
         instance_id = self.new_id()
         self.ledger.launch(tenant, offering.price_per_hour)
         self.launches.append(Launch(instance_id, offering, alternatives, reason, placement_group, reserved_for))
@@ -344,9 +360,16 @@ class Placer:
             return
         o = ranked[pos].offering
         group_name = f"pg-{d.job.id}-{d.job.attempt}"
-        caps = [self._launch(o, tenant=d.tenant, reason=f"{d.job.id}: gang node {r}", placement_group=group_name,
-                             reserved_for=d.job.id if d.virtual else None)
-                for r in range(n)]
+        caps = [
+            self._launch(
+                o,
+                tenant=d.tenant,
+                reason=f"{d.job.id}: gang node {r}",
+                placement_group=group_name,
+                reserved_for=d.job.id if d.virtual else None,
+            )
+            for r in range(n)
+        ]
         bindings = tuple(c.take(shape, rank) for rank, c in enumerate(caps))
         self._bound(d, bindings, f"gang of {n} new {o.market.value} {o.instance_type} in {o.zone}, {group_name}")
 

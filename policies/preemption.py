@@ -108,7 +108,9 @@ def choose(
         plans.sort(key=lambda p: p.key)
         pick = plans[:n]
         merged = Plan(
-            tuple(v for p in pick for v in p.victims), sum(p.lost_s for p in pick), tuple(c for p in pick for c in p.caps)
+            tuple(v for p in pick for v in p.victims),
+            sum(p.lost_s for p in pick),
+            tuple(c for p in pick for c in p.caps),
         )
         if best is None or merged.key < best.key:
             best = merged

@@ -140,8 +140,13 @@ def consolidation(ctx: ScaleDownContext) -> list[Command]:
             continue
         shadow.update(trial)
         leaving.add(cap.id)
-        out.append(Drain(cap.id, f"consolidation: saves ${savings:.2f}/h for ${cost:.2f} of disruption; "
-                                 f"{len(cap.jobs)} job(s) fit elsewhere"))
+        out.append(
+            Drain(
+                cap.id,
+                f"consolidation: saves ${savings:.2f}/h for ${cost:.2f} of disruption; "
+                f"{len(cap.jobs)} job(s) fit elsewhere",
+            )
+        )
     return out
 
 

@@ -129,11 +129,25 @@ class RankTable(Sequence[Scored]):
     Rows come out in exact cost order (ties: price, then class order).
     """
 
-    __slots__ = ("_add", "_built", "_classes", "_econ", "_group", "_heap", "_index", "_k", "_n", "_rows", "_shape",
-                 "_speed_of", "_units")
+    __slots__ = (
+        "_add",
+        "_built",
+        "_classes",
+        "_econ",
+        "_group",
+        "_heap",
+        "_index",
+        "_k",
+        "_n",
+        "_rows",
+        "_shape",
+        "_speed_of",
+        "_units",
+    )
 
-    def __init__(self, index: OfferingIndex, shape: Shape, econ: Economics, group: int,
-                 classes: list[OfferingClass]) -> None:
+    def __init__(
+        self, index: OfferingIndex, shape: Shape, econ: Economics, group: int, classes: list[OfferingClass]
+    ) -> None:
         self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
         units = shape.gpu_units if shape.gpu_units > 0 else 1.0
         k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
@@ -142,8 +156,18 @@ class RankTable(Sequence[Scored]):
         self._k, self._units, self._speed_of = k, units, speed_of
         heap: list[tuple[float, float, int, int]]
         if speed_of is None and not dataset:  # the common case: one comprehension
-            heap = [(c.members[0].price_per_hour * (1.0 + c.hazard * k) / (c.per if c.per < group else group)
-                     / (c.speed * units), c.members[0].price_per_hour, ci, 0) for ci, c in enumerate(classes)]
+            heap = [
+                (
+                    c.members[0].price_per_hour
+                    * (1.0 + c.hazard * k)
+                    / (c.per if c.per < group else group)
+                    / (c.speed * units),
+                    c.members[0].price_per_hour,
+                    ci,
+                    0,
+                )
+                for ci, c in enumerate(classes)
+            ]
             self._add: list[float] | None = None
         else:
             heap = []
@@ -155,8 +179,9 @@ class RankTable(Sequence[Scored]):
                     add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
                 adds.append(add)
                 price = c.members[0].price_per_hour
-                heap.append((price * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed + add,
-                             price, ci, 0))
+                heap.append(
+                    (price * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed + add, price, ci, 0)
+                )
             self._add = adds
         heapq.heapify(heap)
         self._heap = heap
@@ -197,8 +222,15 @@ class RankTable(Sequence[Scored]):
             self._expand(i)
             _, _, ci, mi = self._rows[i]
             c = self._classes[ci]
-            found = self._built[i] = score(c.members[mi], shape=self._shape, econ=self._econ, hazard=c.hazard,
-                                           group=self._group, index=self._index, knobs=self._index.knobs)
+            found = self._built[i] = score(
+                c.members[mi],
+                shape=self._shape,
+                econ=self._econ,
+                hazard=c.hazard,
+                group=self._group,
+                index=self._index,
+                knobs=self._index.knobs,
+            )
         return found
 
     def __iter__(self) -> Iterator[Scored]:
@@ -330,8 +362,15 @@ class OfferingIndex:
         """Compatible offerings, cheapest expected cost per unit of work first."""
         spot = Market.SPOT in markets
         dataset = (econ.dataset_region, econ.dataset_gib, econ.expected_hours) if econ.dataset_region else None
-        key = (shape, markets, econ.lost_work_h + econ.restart_delay_h if spot else None, econ.learned,
-               econ.override, dataset, group)
+        key = (
+            shape,
+            markets,
+            econ.lost_work_h + econ.restart_delay_h if spot else None,
+            econ.learned,
+            econ.override,
+            dataset,
+            group,
+        )
         found = self._ranked.get(key)
         if found is None:
             classes = self.classes(shape, markets, by_region=dataset is not None)

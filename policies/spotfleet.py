@@ -96,8 +96,9 @@ class SpotfleetPolicy:
     def plan(self, snapshot: Snapshot) -> PlanResult:
         knobs, now = self.knobs, snapshot.now
         forecast = Forecast.from_history(snapshot.runs, snapshot.exposure)
-        index = OfferingIndex(snapshot.offerings, forecast=forecast, unavailable=snapshot.unavailable, now=now,
-                              knobs=knobs)
+        index = OfferingIndex(
+            snapshot.offerings, forecast=forecast, unavailable=snapshot.unavailable, now=now, knobs=knobs
+        )
         jobs = snapshot.jobs
         fleet = Fleet.build(snapshot.instances.values(), jobs)
         ledger = BudgetLedger.build(snapshot.budgets, snapshot.instances.values(), jobs.values())
@@ -107,9 +108,7 @@ class SpotfleetPolicy:
         econs: dict[tuple[Any, ...], Economics] = {}
         groups: dict[tuple[Any, ...], list[Demand]] = {}
         for job in jobs.values():
-            virtual = job.state is JobState.DRAINING or (
-                job.state is JobState.RUNNING and _threatened(job, snapshot)
-            )
+            virtual = job.state is JobState.DRAINING or (job.state is JobState.RUNNING and _threatened(job, snapshot))
             if job.state is not JobState.PENDING and not virtual:
                 continue
             if job.cancel_requested:
@@ -123,11 +122,23 @@ class SpotfleetPolicy:
             econ = econs.get(ekey)
             if econ is None:
                 econ = econs[ekey] = economics_of(job, forecast, knobs)
-            decision = decide_market(job, now=now, expected_hours=_known_hours(spec, forecast), knobs=knobs,
-                                     last_market=_last_market(job, snapshot))
+            decision = decide_market(
+                job,
+                now=now,
+                expected_hours=_known_hours(spec, forecast),
+                knobs=knobs,
+                last_market=_last_market(job, snapshot),
+            )
             result.markets[job.id] = decision
-            d = Demand(job, shape, decision.markets, econ, urgent=decision.urgent, virtual=virtual,
-                       market_reason=decision.reason)
+            d = Demand(
+                job,
+                shape,
+                decision.markets,
+                econ,
+                urgent=decision.urgent,
+                virtual=virtual,
+                market_reason=decision.reason,
+            )
             groups.setdefault((tier(job), not virtual, shape, decision.markets, econ, decision.urgent), []).append(d)
 
         ordered = []
@@ -151,8 +162,14 @@ class SpotfleetPolicy:
                     if ranked:
                         cheapest = min(ranked.price(j) for j in range(len(ranked))) * d.shape.nodes
                         short[d.job.id] = cheapest - ledger.headroom(d.tenant)
-            pre, notes = preemption.preempt(placer.blocked, fleet=fleet, index=index, now=now, budget_short=short,
-                                            max_jobs=knobs.preemption_max_jobs)
+            pre, notes = preemption.preempt(
+                placer.blocked,
+                fleet=fleet,
+                index=index,
+                now=now,
+                budget_short=short,
+                max_jobs=knobs.preemption_max_jobs,
+            )
             commands.extend(pre)
             result.notes.update(notes)
         method, down = scale_down(ScaleDownContext(snapshot, fleet, index, forecast, knobs), self.methods)
@@ -192,8 +209,21 @@ def _last_market(job: Job, snapshot: Snapshot) -> Market | None:
 def _shape_key(spec: JobSpec, forecast: Forecast) -> tuple[Any, ...]:
     r = spec.resources
     family = spec.job_family if (r.gpu_memory_gib == 0 and spec.job_family in forecast.peak_memory_gib) else None
-    return (r.gpus, tuple(r.gpu_types), r.gpu_memory_gib, r.mig, r.gpu_fraction, r.nodes, r.cpus, r.memory_gib,
-            r.nvlink, tuple(spec.regions), tuple(spec.providers), spec.max_price_per_hour, family)
+    return (
+        r.gpus,
+        tuple(r.gpu_types),
+        r.gpu_memory_gib,
+        r.mig,
+        r.gpu_fraction,
+        r.nodes,
+        r.cpus,
+        r.memory_gib,
+        r.nvlink,
+        tuple(spec.regions),
+        tuple(spec.providers),
+        spec.max_price_per_hour,
+        family,
+    )
 
 
 def _econ_key(spec: JobSpec, forecast: Forecast) -> tuple[Any, ...]:
@@ -201,5 +231,12 @@ def _econ_key(spec: JobSpec, forecast: Forecast) -> tuple[Any, ...]:
     learned = family if family in forecast.throughput else None
     duration_family = family if spec.expected_duration is None and family in forecast.durations_s else None
     ds = spec.dataset
-    return (spec.expected_duration, spec.checkpoint.interval, learned, duration_family, spec.throughput,
-            ds.region if ds else None, ds.size_gib if ds else 0.0)
+    return (
+        spec.expected_duration,
+        spec.checkpoint.interval,
+        learned,
+        duration_family,
+        spec.throughput,
+        ds.region if ds else None,
+        ds.size_gib if ds else 0.0,
+    )

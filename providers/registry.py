@@ -24,8 +24,21 @@ def _local(options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: 
                          heartbeat_seconds=cfg.heartbeat.total_seconds(), max_instances=cfg.max_instances)  # fmt: skip
 
 
+def _aws(options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path) -> Provider:
+    from spotfleet.providers.aws import build_aws_provider
+
+    return build_aws_provider(options, cluster=cluster, clock=clock, data_dir=data_dir)
+
+
+def _gcp(options: Mapping[str, Any], *, cluster: str, clock: Clock, data_dir: Path) -> Provider:
+    from spotfleet.providers.gcp import from_options
+
+    return from_options(options, cluster=cluster, clock=clock, data_dir=data_dir)
+
+
 Factory = Callable[..., Provider]
-FACTORIES: dict[str, Factory] = {"local": _local}
+# imported lazily: a controller that only uses one cloud never imports the other's SDK
+FACTORIES: dict[str, Factory] = {"local": _local, "aws": _aws, "gcp": _gcp}
 
 
 def build_providers(

@@ -70,7 +70,7 @@ class Config(Section):
     database: str | None = Field(None, description="SQLAlchemy URL; default sqlite in data_dir")
     api: ApiConfig = Field(default_factory=ApiConfig)
     reconcile: ReconcileConfig = Field(default_factory=ReconcileConfig)
-    policy: Literal["simple", "spotfleet"] = "simple"
+    policy: Literal["spotfleet", "simple"] = "spotfleet"
     budgets: BudgetConfig = Field(default_factory=BudgetConfig)
     checkpoint_root: str | None = Field(None, description="shared path for checkpoints; default data_dir/checkpoints")
     providers: dict[str, dict[str, Any]] = Field(default_factory=_default_providers)

@@ -33,9 +33,18 @@ log = logging.getLogger(__name__)
 
 
 def make_policy(config: Config) -> Policy:
-    from spotfleet.policies.simple import SimplePolicy
+    """``spotfleet`` (default): cost per unit of useful work, deadlines, budgets,
+    preemption, consolidation. ``simple``: cheapest fit by class (the skeleton's)."""
+    if config.policy == "simple":
+        from spotfleet.policies.simple import SimplePolicy
 
-    return SimplePolicy(idle_ttl=config.reconcile.idle_ttl)
+        return SimplePolicy(idle_ttl=config.reconcile.idle_ttl)
+    from dataclasses import replace
+
+    from spotfleet.policies.knobs import DEFAULT_KNOBS
+    from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+    return SpotfleetPolicy(replace(DEFAULT_KNOBS, idle_ttl_s=config.reconcile.idle_ttl.total_seconds()))
 
 
 def budgets_of(config: Config) -> list[Budget]:

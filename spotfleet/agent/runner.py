@@ -71,14 +71,23 @@ class JobProcess:
         return self.exit_code
 
 
-def _shell_script(a: Assignment) -> str:
-    """A shell-string command runs under /bin/sh, which the checkpoint signal
-    would kill (its default action) while the real job saves. The shell ignores
-    it instead; the job's own handler replaces the inherited "ignore"."""
+def _argv(a: Assignment) -> list[str]:
+    """The job's command, started with its checkpoint signal *ignored*.
+
+    Two failure modes this removes: a periodic request that lands before the job
+    installed its handler would kill it (SIGUSR1's default action), and a
+    shell-string command's /bin/sh would die of the signal while the real job
+    saves. An ignored signal stays ignored across exec; a job that installs a
+    handler (``spotfleet.checkpoint.install()``) replaces it. A job that never
+    does simply does not hear the request and, on a reclaim, gets SIGTERM.
+    """
+    argv = a.command if isinstance(a.command, list) else ["/bin/sh", "-c", a.command]
+    if argv and argv[0] in ("python", "python3"):
+        argv = [sys.executable, *argv[1:]]  # the agent's interpreter, so the helper library is importable
     sig = a.checkpoint_signal.removeprefix("SIG")
     if sig in ("TERM", "INT", "KILL"):
-        return str(a.command)
-    return f"trap '' {sig}; {a.command}"
+        return argv
+    return ["/bin/sh", "-c", f'trap "" {sig}; exec "$0" "$@"', *argv]
 
 
 def _target_id(key: Key) -> str:
@@ -149,9 +158,7 @@ class JobRunner:
         })  # fmt: skip
         if a.peers:
             env["SPOTFLEET_PEERS"] = ",".join(a.peers)
-        argv = a.command if isinstance(a.command, list) else ["/bin/sh", "-c", _shell_script(a)]
-        if argv and argv[0] in ("python", "python3"):
-            argv = [sys.executable, *argv[1:]]  # the agent's interpreter, so the helper library is importable
+        argv = _argv(a)
         cwd = a.workdir or str(self.work_dir)
         for stale in (notice_file, progress_file):
             stale.unlink(missing_ok=True)

@@ -118,6 +118,10 @@ def create_app(controller: Controller, *, api_token: str | None = None) -> FastA
         ]
         return out
 
+    @app.get("/v1/jobs/{job_id}/explain", dependencies=[Depends(require_user)])
+    def explain(job_id: str) -> dict[str, Any]:
+        return controller.explain(job_id)
+
     @app.post("/v1/jobs/{job_id}/cancel", dependencies=[Depends(require_user)])
     def cancel(job_id: str) -> dict[str, Any]:
         return job_view(controller.cancel(job_id))

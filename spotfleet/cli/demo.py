@@ -68,15 +68,20 @@ def demo(
     now = datetime.now(UTC)
     jobs = [service.controller.submit(parse_spec(_spec(j, now))) for j in DEMO_JOBS]
     ok = False
+    interrupted: str | None = None
     try:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             while time.monotonic() - started < timeout:
+                if interrupted is None:
+                    interrupted = _maybe_interrupt(service, jobs[0].id)
                 view, done = _view(service, [j.id for j in jobs], time.monotonic() - started)
                 live.update(view)
                 if done:
                     ok = True
                     break
                 time.sleep(0.25)
+        if interrupted is not None:
+            _interruption_story(console, service, jobs[0].id, interrupted)
         _summary(console, service, time.monotonic() - started)
         _cost_report(console, service)
     finally:
@@ -92,6 +97,24 @@ def demo(
     if not ok:
         console.print("[red]the demo did not finish in time[/]")
         raise typer.Exit(1)
+
+
+def _maybe_interrupt(service: Any, job_id: str) -> str | None:
+    """Once the first spot job is a third done, have the cloud announce a reclaim
+    of its instance (8 s of notice; it really dies when the notice runs out)."""
+    from spotfleet.model.events import NoticeKind
+
+    job = service.store.get_job(job_id)
+    total = (job.progress.get("extra") or {}).get("total_steps") or 0
+    if not job.instance_ids or not total or (job.progress.get("step") or 0) < total / 3:
+        return None
+    instance_id: str = job.instance_ids[0]
+    service.controller.interrupt(instance_id, kind=NoticeKind.SPOT_INTERRUPTION, notice=timedelta(seconds=8))
+    return instance_id
+
+
+NEWS = ("instance.interrupt_injected", "instance.draining", "instance.requested", "job.draining", "job.pending",
+        "job.bound", "instance.terminated", "job.succeeded")  # fmt: skip
 
 
 def _view(service: Any, job_ids: list[str], elapsed: float) -> tuple[Group, bool]:
@@ -118,7 +141,32 @@ def _view(service: Any, job_ids: list[str], elapsed: float) -> tuple[Group, bool
                   f"${s.rate_per_hour:.2f}/h", f"${s.total:.4f}", f"${s.on_demand_equivalent:.4f}")  # fmt: skip
     all_done = all(jobs[j].terminal for j in job_ids)
     live = [i for i in instances.values() if i.live]
-    return Group(table, fleet), all_done and not live
+    news = Table(title="what the controller did", show_header=False, box=None)
+    news.add_column("at")
+    news.add_column("event")
+    for e in [e for e in store.events(limit=200) if e.kind in NEWS][-8:]:
+        news.add_row(e.at.strftime("%H:%M:%S"), e.message[:110])
+    return Group(table, fleet, news), all_done and not live
+
+
+def _interruption_story(console: Console, service: Any, job_id: str, instance_id: str) -> None:
+    """The spot interruption, step by step, from the controller's own record."""
+    store = service.store
+    job = store.get_job(job_id)
+    first = store.get_instance(instance_id)
+    replacement = next((i for i in store.list_instances() if i.reserved_for == job_id), None)
+    table = Table(title=f"the spot interruption of {first.id} ({job.spec.name})", show_header=False, box=None)
+    table.add_column("at")
+    table.add_column("what happened")
+    wanted = {first.id, job_id, *([replacement.id] if replacement else [])}
+    for e in store.events(limit=500):
+        if (e.instance_id in wanted or e.job_id in wanted) and e.kind not in ("job.submitted",):
+            table.add_row(e.at.strftime("%H:%M:%S.%f")[:-3], e.message[:120])
+    console.print(table)
+    if replacement is not None and first.notice_deadline is not None:
+        lead = (first.notice_deadline - replacement.created_at).total_seconds()
+        console.print(f"replacement {replacement.id} was bought {lead:.1f}s before the reclaim deadline; "
+                      f"the job resumed from its checkpoint (attempt {job.attempt}, {job.interruptions} interruption)")  # fmt: skip
 
 
 def _summary(console: Console, service: Any, elapsed: float) -> None:

@@ -35,7 +35,9 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
         for col in ("node", "instance", "type", "zone", "market", "GPUs"):
             t.add_column(col)
         for p in data["placement"]:
-            gpus = ",".join(str(g) for g in p["gpu_indices"]) + (f" ({p['mig_slices']}/7 MIG)" if p["mig_slices"] else "")
+            gpus = ",".join(str(g) for g in p["gpu_indices"]) + (
+                f" ({p['mig_slices']}/7 MIG)" if p["mig_slices"] else ""
+            )
             t.add_row(str(p["node_rank"]), p["instance_id"], p["instance_type"], p["zone"], p["market"], gpus)
         out.print(t)
     if data.get("top"):

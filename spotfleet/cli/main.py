@@ -33,13 +33,15 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import cost, demo, explain, jobs, local, server
+    from spotfleet.cli import config_cmd, cost, demo, explain, jobs, local, offerings, server
 
     jobs.register(app)
     server.register(app)
     demo.register(app)
     local.register(app)
     explain.register(app)
+    offerings.register(app)
+    config_cmd.register(app)
     app.add_typer(cost.app, name="cost")
 
 

@@ -85,7 +85,7 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
             target = snap.instances.get(b.instance_id)
             if target is None or not target.schedulable:
                 return f"instance {b.instance_id} is not schedulable"
-            if not b.mig_slices and len(b.gpu_indices) != job.spec.resources.gpus:
+            if not (b.mig_slices or b.gpu_fraction) and len(b.gpu_indices) != job.spec.resources.gpus:
                 return f"job {job.id} needs {job.spec.resources.gpus} GPUs per node, binding has {len(b.gpu_indices)}"
             problem = usage.conflict(target, b)
             if problem:
@@ -130,14 +130,17 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
 
 
 def _over_budget(step: StepState, launch: Launch) -> str | None:
-    budgets = step.snapshot.budgets
+    """Would this launch push the global spend rate over its cap? (Per-tenant
+    caps are the policy's to honour: which tenant an instance serves is a
+    placement decision.) The running total is computed once per step."""
+    budgets = [b for b in step.snapshot.budgets if b.tenant is None]
     if not budgets:
         return None
-    instances = list(step.snapshot.instances.values())
+    if step.spend_rate is None:
+        step.spend_rate = spend_rate(list(step.snapshot.instances.values()))
     price = launch.offering.price_per_hour
     for budget in budgets:
-        if budget.tenant is None:
-            rate = spend_rate(instances)
-            if rate + price > budget.max_per_hour + 1e-9:
-                return f"global budget ${budget.max_per_hour:.2f}/h would be exceeded (${rate + price:.2f}/h)"
+        if step.spend_rate + price > budget.max_per_hour + 1e-9:
+            return f"global budget ${budget.max_per_hour:.2f}/h would be exceeded (${step.spend_rate + price:.2f}/h)"
+    step.spend_rate += price
     return None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from spotfleet.clock import Clock
 from spotfleet.controller.executor import ExecutionResult, Executor
@@ -29,11 +30,11 @@ from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Checkpoint, Job, JobState
 from spotfleet.model.offering import Offering, Offerings
-from spotfleet.model.snapshot import Budget, NodeReport, Snapshot, random_ids
+from spotfleet.model.snapshot import Budget, NodeReport, PoolExposure, RunRecord, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
 from spotfleet.providers.base import Provider, ProviderInstance, SupportsInterrupt
-from spotfleet.store.store import EventRecord, Store
+from spotfleet.store.store import EventRecord, PendingNotice, Store
 from spotfleet.wire import Assignment, DrainOrder, Heartbeat, HeartbeatResponse, LogChunk, RegisterRequest
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class Controller:
         self._offerings_at: datetime | None = None
         self.wake: Callable[[], None] = lambda: None
         self.last_plan: Plan | None = None
+        self.history_ttl = timedelta(minutes=5)
+        self._history_at: datetime | None = None
+        self._history_cache: tuple[tuple[RunRecord, ...], tuple[PoolExposure, ...]] = ((), ())
         self.usage = UsageRecorder(store)  # progress + GPU telemetry for the cost ledger
 
     # ------------------------------------------------------------ users
@@ -111,7 +115,7 @@ class Controller:
     def interrupt(self, instance_id: str, *, kind: NoticeKind, notice: timedelta) -> datetime:
         """Have the provider announce a reclaim of one instance (local/fake/sim only)."""
         inst = self.store.get_instance(instance_id)
-        provider = self.providers.get(inst.provider)
+        provider: object = self.providers.get(inst.provider)  # widened: interrupt is an optional capability
         if not isinstance(provider, SupportsInterrupt):
             raise InvalidSpec(
                 "instance", f"{inst.provider} instances cannot be interrupted on demand (local provider only)"
@@ -158,15 +162,9 @@ class Controller:
                     self.store.add_event(EventRecord(at=now, kind="provider.error", level="warning",
                                                      message=f"observing {name} failed: {exc}"))  # fmt: skip
             self.store.add_notices(events)
-            offerings = self.offerings()
             for attempt in range(3):
-                state = self.store.load_state()
-                snapshot = Snapshot(
-                    now=now, jobs=state.jobs, instances=state.instances, offerings=offerings,
-                    reports=state.reports, presence=state.presence, unavailable=state.unavailable,
-                    budgets=self.budgets, new_id=self.new_id,
-                )  # fmt: skip
-                observation = Observation(listed=listed if attempt == 0 else {}, notices=state.notices)
+                snapshot, notices = self.snapshot(now)
+                observation = Observation(listed=listed if attempt == 0 else {}, notices=notices)
                 result_plan = plan(snapshot, self.policy, observation=observation, settings=self.settings)
                 self.last_plan = result_plan
                 result: ExecutionResult = self.executor.execute(result_plan)
@@ -177,6 +175,34 @@ class Controller:
                 if not result.should_replan:
                     break
             return report
+
+    def snapshot(self, now: datetime | None = None) -> tuple[Snapshot, list[PendingNotice]]:
+        """What ``plan()`` reads: the store's live state, offerings and history."""
+        now = now or self.clock.now()
+        state = self.store.load_state()
+        runs, exposure = self._history(now)
+        snapshot = Snapshot(
+            now=now, jobs=state.jobs, instances=state.instances, offerings=self.offerings(),
+            reports=state.reports, presence=state.presence, unavailable=state.unavailable,
+            budgets=self.budgets, new_id=self.new_id, runs=runs, exposure=exposure,
+        )  # fmt: skip
+        return snapshot, state.notices
+
+    def _history(self, now: datetime) -> tuple[tuple[RunRecord, ...], tuple[PoolExposure, ...]]:
+        """Forecast inputs, re-read at most every ``history_ttl`` (they move slowly)."""
+        if self._history_at is None or now - self._history_at > self.history_ttl:
+            self._history_cache = (tuple(self.store.run_history()), tuple(self.store.pool_exposure(now=now)))
+            self._history_at = now
+        return self._history_cache
+
+    def explain(self, job_id: str) -> dict[str, Any]:
+        """Why a job is where it is, or why it is still pending (see policies.explain)."""
+        from spotfleet.policies.explain import explain_job
+
+        snapshot, _ = self.snapshot()
+        if job_id not in snapshot.jobs:
+            snapshot.jobs[job_id] = self.store.get_job(job_id)  # finished jobs too; NotFound if unknown
+        return explain_job(snapshot, job_id).to_dict()
 
     # ------------------------------------------------------------ agents
 

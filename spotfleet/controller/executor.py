@@ -37,6 +37,7 @@ from spotfleet.errors import (
     Throttled,
 )
 from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.snapshot import Launch
 from spotfleet.providers.base import (
     TAG_CLUSTER,
     TAG_INSTANCE_ID,
@@ -88,10 +89,10 @@ class Executor:
         changes.new_instances = [(inst, tokens[inst.id]) for inst in step.new_instances.values()]
         self.store.commit(changes, now=step.now)  # 1. intent first
         result = ExecutionResult()
+        launches = {c.instance_id: c for c in plan.commands if isinstance(c, Launch)}
         for instance_id in plan.to_launch:  # 2.
             inst = plan.snapshot.instances[instance_id]
-            token = tokens.get(inst.id)
-            self._launch(step, inst, token, result)
+            self._launch(step, inst, tokens.get(inst.id), result, launches.get(instance_id))
         for instance_id in plan.to_terminate:  # 3.
             self._terminate(step, plan.snapshot.instances[instance_id], result)
         for orphan in plan.orphans:
@@ -110,7 +111,9 @@ class Executor:
 
     # ------------------------------------------------------------ launch
 
-    def _launch(self, step: StepState, inst: Instance, token: str | None, result: ExecutionResult) -> None:
+    def _launch(
+        self, step: StepState, inst: Instance, token: str | None, result: ExecutionResult, command: Launch | None
+    ) -> None:
         provider = self.providers.get(inst.provider)
         after = StepState(step.snapshot, step.settings)
         if provider is None:
@@ -138,6 +141,8 @@ class Executor:
                 TAG_INSTANCE_ID: inst.id,
                 TAG_JOB_IDS: jobs[:250],
             },
+            alternatives=command.alternatives if command else (),
+            placement_group=command.placement_group if command else None,
         )
         inst.launch_attempts += 1
         after.touch_instance(inst)

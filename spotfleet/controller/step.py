@@ -26,6 +26,7 @@ class StepState:
     changed_jobs: dict[str, Job] = field(default_factory=dict)
     changed_instances: dict[str, Instance] = field(default_factory=dict)
     new_instances: dict[str, Instance] = field(default_factory=dict)
+    spend_rate: float | None = None  # USD/h of live instances, kept up to date by launches in this step
 
     @property
     def now(self) -> datetime:
@@ -67,9 +68,11 @@ class StepState:
         job.transition(JobState.BOUND, at=self.now, reason=reason)
         self._touch_job(job)
         for b in bindings:
-            gpus = len(b.gpu_indices) if not b.mig_slices else 0
+            gpus = len(b.gpu_indices) if not (b.mig_slices or b.gpu_fraction) else 0
             self.changes.attempts_started.append(
-                AttemptStart(job.id, job.attempt, b.node_rank, b.instance_id, gpus, b.mig_slices, self.now)
+                AttemptStart(
+                    job.id, job.attempt, b.node_rank, b.instance_id, gpus, b.mig_slices, self.now, gpu_share=b.gpu_share
+                )
             )
             inst = self.snapshot.instances[b.instance_id]
             if inst.idle_since is not None:

@@ -4,9 +4,10 @@ For every instance, its billing segments (one price each) are billed under the
 provider's rule (``billing``); each segment's cost is then split among the job
 attempts that held its GPUs and idle:
 
-- A job attempt's share of an instance is its GPUs ÷ the instance's GPUs, or
-  its MIG compute slices ÷ (7 × the instance's GPUs). On a GPU-less instance
-  the attempts bound to it share it equally.
+- A job attempt's share of an instance is its GPUs' worth ÷ the instance's
+  GPUs: whole GPUs, MIG compute slices ÷ 7, or a time-sliced fraction of one
+  GPU (``job_attempts.gpu_share``). On a GPU-less instance the attempts bound
+  to it share it equally.
 - Whatever no attempt held is **idle** (paid, unattributed). The time a billing
   minimum adds after an instance ended is idle too (phase ``billing_minimum``).
 - An attempt's time is split into phases. ``startup`` (first attempt) or
@@ -89,6 +90,7 @@ class AttemptSpan:
     productive_from: datetime | None = None  # first progress (or process start); None: never worked
     redone: Fraction = Fraction(0)  # fraction of the productive time whose work was rolled back
     outcome: str | None = None
+    gpu_share: float | None = None  # GPUs' worth held, when the binding recorded it (fractions of a GPU)
     tenant: str = ""
     family: str = ""
     job_name: str = ""
@@ -96,14 +98,15 @@ class AttemptSpan:
     def share(self, gpu_count: int) -> Fraction:
         if gpu_count <= 0:
             return Fraction(0)
-        if self.mig_slices and not self.gpus:
-            return Fraction(self.mig_slices, MIG_SLICES_PER_GPU * gpu_count)
-        return Fraction(min(self.gpus, gpu_count), gpu_count)
+        return min(self.gpu_equivalents(), Fraction(gpu_count)) / gpu_count
 
     def gpu_equivalents(self) -> Fraction:
-        return (
-            Fraction(self.mig_slices, MIG_SLICES_PER_GPU) if self.mig_slices and not self.gpus else Fraction(self.gpus)
-        )
+        """GPUs' worth held: MIG slices ÷ 7 (exact), else the recorded share, else whole GPUs."""
+        if self.mig_slices and not self.gpus:
+            return Fraction(self.mig_slices, MIG_SLICES_PER_GPU)
+        if self.gpu_share is not None and self.gpu_share > 0:
+            return Fraction(str(self.gpu_share)).limit_denominator(10_000)
+        return Fraction(self.gpus)
 
 
 @dataclass(slots=True)

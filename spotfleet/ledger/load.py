@@ -66,7 +66,7 @@ def build(store: Store, *, now: datetime, rules: Mapping[str, BillingRule] | Non
             spans.append(AttemptSpan(
                 job_id=job_id, attempt=r.attempt, node_rank=rank, instance_id=r.instance_id, gpus=r.gpus,
                 mig_slices=r.mig_slices, bound_at=r.bound_at, ended_at=r.ended_at, productive_from=productive,
-                redone=redone.get(r.attempt, Fraction(0)), outcome=r.outcome, tenant=tenant, family=family,
-                job_name=name,
+                redone=redone.get(r.attempt, Fraction(0)), outcome=r.outcome, gpu_share=r.gpu_share,
+                tenant=tenant, family=family, job_name=name,
             ))  # fmt: skip
     return LedgerData(attribute(segments, spans, now=now, rules=rules, cuts=cuts), usage, now)

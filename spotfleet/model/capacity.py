@@ -1,7 +1,8 @@
 """Who uses which GPU on which instance — shared by policies and plan validation.
 
 A whole-GPU binding owns its GPU indices; MIG bindings share a GPU up to its 7
-compute slices. ``Usage`` is rebuilt from the jobs in a snapshot, so it can never
+compute slices; fractional bindings share a GPU up to 1.0. One GPU is used in
+one mode at a time. ``Usage`` is rebuilt from the jobs in a snapshot, so it can never
 drift from the bindings it describes.
 """
 
@@ -21,16 +22,22 @@ MIG_SLICES_PER_GPU = 7
 class InstanceUsage:
     whole: set[int] = field(default_factory=set)  # GPU indices owned by one job
     slices: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # GPU index -> MIG slices used
+    fractions: dict[int, float] = field(default_factory=lambda: defaultdict(float))  # GPU index -> share used
     jobs: set[str] = field(default_factory=set)
 
     def free_whole(self, gpu_count: int) -> list[int]:
-        return [g for g in range(gpu_count) if g not in self.whole and not self.slices.get(g)]
+        return [
+            g for g in range(gpu_count) if g not in self.whole and not self.slices.get(g) and not self.fractions.get(g)
+        ]
 
     def add(self, job_id: str, binding: Binding) -> None:
         self.jobs.add(job_id)
         if binding.mig_slices:
             for g in binding.gpu_indices:
                 self.slices[g] += binding.mig_slices
+        elif binding.gpu_fraction:
+            for g in binding.gpu_indices:
+                self.fractions[g] += binding.gpu_fraction
         else:
             self.whole.update(binding.gpu_indices)
 
@@ -65,10 +72,15 @@ class Usage:
             if g < 0 or g >= instance.gpu_count:
                 return f"GPU {g} does not exist on {instance.id} ({instance.gpu_count} GPUs)"
             if binding.mig_slices:
-                if g in usage.whole:
-                    return f"GPU {g} on {instance.id} is owned by another job"
+                if g in usage.whole or usage.fractions.get(g):
+                    return f"GPU {g} on {instance.id} is used whole or shared by fractions"
                 if usage.slices.get(g, 0) + binding.mig_slices > MIG_SLICES_PER_GPU:
                     return f"GPU {g} on {instance.id} has no {binding.mig_slices} free MIG slices"
-            elif g in usage.whole or usage.slices.get(g):
+            elif binding.gpu_fraction:
+                if g in usage.whole or usage.slices.get(g):
+                    return f"GPU {g} on {instance.id} is used whole or by MIG"
+                if usage.fractions.get(g, 0.0) + binding.gpu_fraction > 1.0 + 1e-9:
+                    return f"GPU {g} on {instance.id} has less than {binding.gpu_fraction:g} of a GPU free"
+            elif g in usage.whole or usage.slices.get(g) or usage.fractions.get(g):
                 return f"GPU {g} on {instance.id} is already in use"
         return None

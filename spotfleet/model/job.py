@@ -85,14 +85,27 @@ class Binding:
     instance_id: str
     gpu_indices: tuple[int, ...] = ()
     mig_slices: int = 0  # compute slices (of 7) when the job asked for a MIG profile
+    gpu_fraction: float = 0.0  # a time-sliced share of one GPU when the job asked for one
+
+    @property
+    def gpu_share(self) -> float:
+        """GPUs' worth held: whole GPUs, slices/7, or the fraction (the ledger attributes by it)."""
+        if self.mig_slices:
+            return self.mig_slices / 7
+        if self.gpu_fraction:
+            return self.gpu_fraction
+        return float(len(self.gpu_indices))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "rank": self.node_rank,
             "instance": self.instance_id,
             "gpus": list(self.gpu_indices),
             "mig": self.mig_slices,
         }
+        if self.gpu_fraction:
+            out["fraction"] = self.gpu_fraction
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Binding:
@@ -101,6 +114,7 @@ class Binding:
             str(data["instance"]),
             tuple(int(g) for g in data.get("gpus", ())),
             int(data.get("mig", 0)),
+            float(data.get("fraction", 0.0)),
         )
 
 

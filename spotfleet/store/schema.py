@@ -151,6 +151,7 @@ class JobAttemptRow(Base):
     instance_id: Mapped[str] = mapped_column(ForeignKey("instances.id"), index=True)
     gpus: Mapped[int] = mapped_column(Integer)
     mig_slices: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_share: Mapped[float] = mapped_column(Float, default=0.0)  # GPUs' worth held (whole, slices/7, fraction)
     bound_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

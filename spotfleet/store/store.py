@@ -24,7 +24,7 @@ from spotfleet.errors import NotFound
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import TERMINAL_INSTANCE_STATES, Instance
 from spotfleet.model.job import TERMINAL_JOB_STATES, Checkpoint, Job, JobState
-from spotfleet.model.snapshot import AgentPresence, NodeReport
+from spotfleet.model.snapshot import AgentPresence, NodeReport, PoolExposure, RunRecord
 from spotfleet.store import convert
 from spotfleet.store.schema import (
     AgentPresenceRow,
@@ -61,6 +61,7 @@ class AttemptStart:
     gpus: int
     mig_slices: int
     at: datetime
+    gpu_share: float = 0.0  # GPUs' worth: whole GPUs, MIG slices/7 or the fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +216,7 @@ class Store:
                     "instance_id": r.instance_id,
                     "gpus": r.gpus,
                     "mig_slices": r.mig_slices,
+                    "gpu_share": r.gpu_share,
                     "bound_at": r.bound_at,
                     "started_at": r.started_at,
                     "ended_at": r.ended_at,
@@ -272,6 +274,44 @@ class Store:
             return {}
         with self.session() as s:
             return {r.id: convert.job_from_row(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
+
+    def run_history(self, *, limit: int = 5000) -> list[RunRecord]:
+        """Finished attempts (newest first) as forecast inputs: family, GPU, duration."""
+        query = (
+            select(JobAttemptRow, JobRow.family, InstanceRow.offering)
+            .join(JobRow, JobRow.id == JobAttemptRow.job_id)
+            .join(InstanceRow, InstanceRow.id == JobAttemptRow.instance_id)
+            .where(
+                JobAttemptRow.ended_at.is_not(None), JobAttemptRow.started_at.is_not(None), JobAttemptRow.node_rank == 0
+            )
+            .order_by(JobAttemptRow.id.desc())
+            .limit(limit)
+        )
+        out = []
+        with self.session() as s:
+            for attempt, family, offering in s.execute(query):
+                assert attempt.ended_at is not None and attempt.started_at is not None
+                out.append(RunRecord(
+                    family=family, gpu=str(offering.get("gpu", "")), gpus=max(attempt.gpus, 1),
+                    duration_s=(attempt.ended_at - attempt.started_at).total_seconds(),
+                    succeeded=attempt.outcome == "succeeded",
+                ))  # fmt: skip
+        return out
+
+    def pool_exposure(self, *, now: datetime) -> list[PoolExposure]:
+        """Spot instance-hours and reclaims per pool: the hazard estimate's evidence."""
+        hours: dict[str, float] = {}
+        reclaims: dict[str, int] = {}
+        query = select(InstanceRow).where(InstanceRow.market == "spot", InstanceRow.launched_at.is_not(None))
+        with self.session() as s:
+            for row in s.scalars(query):
+                key = f"{row.provider}:spot:{row.instance_type}:{row.zone}"
+                assert row.launched_at is not None
+                end = row.terminated_at or now
+                hours[key] = hours.get(key, 0.0) + max(0.0, (end - row.launched_at).total_seconds() / 3600)
+                if row.notice_kind == NoticeKind.SPOT_INTERRUPTION.value:
+                    reclaims[key] = reclaims.get(key, 0) + 1
+        return [PoolExposure(pool=k, hours=h, interruptions=reclaims.get(k, 0)) for k, h in sorted(hours.items())]
 
     def billing_segments(self, *, instance_id: str | None = None) -> list[BillingSegmentRow]:
         query = select(BillingSegmentRow).order_by(BillingSegmentRow.start, BillingSegmentRow.id)
@@ -380,7 +420,7 @@ class Store:
             for a in changes.attempts_started:
                 s.add(JobAttemptRow(
                     job_id=a.job_id, attempt=a.attempt, node_rank=a.node_rank, instance_id=a.instance_id,
-                    gpus=a.gpus, mig_slices=a.mig_slices, bound_at=a.at,
+                    gpus=a.gpus, mig_slices=a.mig_slices, gpu_share=a.gpu_share or float(a.gpus), bound_at=a.at,
                 ))  # fmt: skip
             for r in changes.attempts_running:
                 s.execute(

@@ -79,3 +79,14 @@ def test_config_typos_name_the_key(tmp_path: Path) -> None:
     path.write_text("reconcile:\n  intervall: 5s\n")
     with pytest.raises(InvalidSpec, match=r"c.yaml: reconcile.intervall: unknown field"):
         load_config(path)
+
+
+def test_cloud_config_example_validates() -> None:
+    from spotfleet.providers.aws_config import AwsProviderConfig
+    from spotfleet.providers.gcp_config import GcpProviderConfig
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "config-clouds.yaml"
+    config = load_config(path)
+    AwsProviderConfig.model_validate(config.providers["aws"])
+    GcpProviderConfig.model_validate(config.providers["gcp"])
+    assert config.policy == "spotfleet" and config.budgets.tenants == {"research": 40}

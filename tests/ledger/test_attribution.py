@@ -219,3 +219,14 @@ def test_redone_fraction_hand_computed() -> None:
     }
     # unknown progress: nothing redone
     assert redone_fraction([(1, "interrupted", None), (2, "succeeded", None)]) == {}
+
+
+def test_time_sliced_fraction_of_a_gpu() -> None:
+    # two jobs each asked for a quarter of the one GPU of a $4/h instance for an hour
+    a = AttemptSpan(job_id="A", attempt=1, node_rank=0, instance_id="i-1", gpus=1, mig_slices=0, bound_at=T0,
+                    ended_at=T0 + timedelta(hours=1), productive_from=T0, gpu_share=0.25)  # fmt: skip
+    b = AttemptSpan(job_id="B", attempt=1, node_rank=0, instance_id="i-1", gpus=1, mig_slices=0, bound_at=T0,
+                    ended_at=T0 + timedelta(hours=1), productive_from=T0, gpu_share=0.25)  # fmt: skip
+    led = attribute([seg(0, 3600, price="4", gpus=1)], [a, b], now=T0 + timedelta(hours=2))
+    assert by_job(led.lines) == {"A": 1_000_000, "B": 1_000_000, None: 2_000_000}
+    assert sum(line.gpu_seconds for line in led.lines if line.job_id == "A") == 900

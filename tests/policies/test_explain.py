@@ -69,7 +69,8 @@ def test_rejections_group_by_constraint() -> None:
     from spotfleet.policies.explain import constraint_of
 
     assert constraint_of("region us-west-2 not in allowed regions ['us-east-1']") == (
-        "region * not in allowed regions ['us-east-1']")
+        "region * not in allowed regions ['us-east-1']"
+    )
     assert constraint_of("GPU RTX PRO Server 6000 not in ['H100']") == "GPU * not in ['H100']"
     assert constraint_of("1 GPUs < 8 needed per node") == "GPUs < 8 needed per node"
     assert constraint_of("$3.00/h > max price $2.50/h") == "price > max price $2.50/h"

@@ -100,9 +100,11 @@ def test_budget_drain_skips_instances_this_plan_just_filled() -> None:
     spot = offering("p4d.24xlarge", "A100", 8, 12.0, gpu_memory_gib=40, market=Market.SPOT, on_demand=30.0)
     busy = instance("busy", spot)
     idle_victims = instance("victims", spot)
-    jobs = [running("o1", busy, (0,), priority="opportunistic"),
-            running("o2", idle_victims, (0,), priority="opportunistic"),
-            job("newcomer", resources={"gpus": 7}, created=T0 - timedelta(hours=1))]  # fits only on a box
+    jobs = [
+        running("o1", busy, (0,), priority="opportunistic"),
+        running("o2", idle_victims, (0,), priority="opportunistic"),
+        job("newcomer", resources={"gpus": 7}, created=T0 - timedelta(hours=1)),
+    ]  # fits only on a box
     od = offering("p4d.24xlarge", "A100", 8, 30.0, gpu_memory_gib=40)
     urgent = job("urgent", priority="critical", resources={"gpus": 8})
     snap = snapshot(jobs=[*jobs, urgent], instances=[busy, idle_victims], offerings=[od], budgets=(Budget(45.0),))

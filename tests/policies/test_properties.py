@@ -142,8 +142,13 @@ def test_no_job_is_bound_without_room(snap: Snapshot) -> None:
             for b in c.bindings:
                 inst = snap.instances.get(b.instance_id)
                 assert b.instance_id in launched or (inst is not None and inst.schedulable)
-                zones.add(inst.offering.zone if inst else next(
-                    x.offering.zone for x in commands if isinstance(x, Launch) and x.instance_id == b.instance_id))
+                zones.add(
+                    inst.offering.zone
+                    if inst
+                    else next(
+                        x.offering.zone for x in commands if isinstance(x, Launch) and x.instance_id == b.instance_id
+                    )
+                )
             assert len(zones) == 1
     offerings, placed = _after(snap, commands)
     whole: dict[tuple[str, int], int] = defaultdict(int)

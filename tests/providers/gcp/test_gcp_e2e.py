@@ -138,11 +138,11 @@ def test_preempted_spot_job_resumes_in_another_zone_and_nothing_is_left(
     run_until(lambda: controller.get_job(job.id).progress.get("step", 0) >= 5, "progress")
 
     # 2. 30 s notice from the metadata server: the job checkpoints and exits to be resumed
-    first.metadata.preempt()
-    state_file = Path(controller.checkpoint_root) / job.id / "state.json"
-    run_until(lambda: state_file.exists() and all(p.poll() is not None for p in first.agent.runner.procs.values()),
+    first.metadata.announce("spot", 30)
+    ckpt_dir = Path(controller.checkpoint_root) / job.id
+    run_until(lambda: any(ckpt_dir.glob("ckpt-*")) and all(p.poll() is not None for p in first.agent.runner.procs.values()),
               "the checkpoint", step=False)  # fmt: skip
-    checkpointed_at = json.loads(state_file.read_text())["step"]
+    checkpointed_at = max(json.loads(p.read_text())["step"] for p in ckpt_dir.glob("ckpt-*.json"))
     assert 5 <= checkpointed_at < STEPS
     # ... then GCE preempts the VM (Spot, termination action DELETE)
     gce.preempt(zone, name)
@@ -156,7 +156,7 @@ def test_preempted_spot_job_resumes_in_another_zone_and_nothing_is_left(
     done = controller.get_job(job.id)
     assert done.interruptions == 1 and done.attempt == 2 and done.failures == 0
     assert done.progress.get("step") == STEPS
-    assert f"starting at step {checkpointed_at} of {STEPS} (attempt 2)" in controller.logs(job.id)
+    assert f"attempt 2: starting at step {checkpointed_at} of {STEPS}" in controller.logs(job.id)
 
     # 4. the idle replacement is given back; nothing left at the cloud or on the hosts
     run_until(lambda: not gce.instances and not fleet.vms, "the fleet to drain")
