@@ -33,7 +33,7 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import config_cmd, cost, demo, explain, jobs, local, offerings, server
+    from spotfleet.cli import config_cmd, cost, demo, explain, jobs, local, offerings, server, simulate
 
     jobs.register(app)
     server.register(app)
@@ -42,6 +42,7 @@ def _register() -> None:
     explain.register(app)
     offerings.register(app)
     config_cmd.register(app)
+    simulate.register(app)
     app.add_typer(cost.app, name="cost")
 
 

@@ -1,0 +1,74 @@
+"""``spotfleet simulate``: the table, ``--json``, ``--plot`` and ``--policy optimal``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from spotfleet.cli.main import app
+
+from .helpers import trace_file
+
+
+def write_traces(folder: Path) -> Path:
+    folder.mkdir()
+    for zone, avail in (
+        ("us-east-1a", [1, 1, 0, 0, 1, 1] * 8),
+        ("us-east-1b", [0, 1, 1, 1, 1, 0] * 8),
+    ):
+        tf = trace_file(zone, avail, tick=600, spot=1.0 if zone.endswith("a") else 1.4, on_demand=3.06)
+        (folder / f"{zone}.json").write_text(tf.model_dump_json())
+    return folder
+
+
+def test_simulate_prints_a_summary_and_writes_json_and_plot(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path / "traces")
+    workload = tmp_path / "w.yaml"
+    workload.write_text("jobs:\n  - {name: train, work: 2h, deadline: 5h, resources: {gpus: 1}}\n")
+    out, png = tmp_path / "r.json", tmp_path / "t.png"
+    result = CliRunner().invoke(
+        app,
+        ["simulate", "--traces", str(traces), "--workload", str(workload), "--policy", "greedy",
+         "--json", str(out), "--plot", str(png)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "deadline misses" in result.output and "GPU-hours used" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["policy"] == "greedy" and doc["deadline_misses"] == 0
+    assert doc["jobs"][0]["state"] == "succeeded"
+    assert 0 < doc["cost"] < doc["on_demand_cost"]
+    assert doc["gpu_hours_used"] == 2.0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_optimal_and_errors(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path / "traces")
+    one = tmp_path / "one.yaml"
+    one.write_text("jobs:\n  - {name: train, work: 2h, deadline: 5h}\n")
+    out = tmp_path / "o.json"
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--traces",
+            str(traces),
+            "--workload",
+            str(one),
+            "--policy",
+            "optimal",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["feasible"] and doc["cost"] > 0 and doc["schedule"]
+    bad = runner.invoke(app, ["simulate", "--traces", str(traces), "--workload", str(one), "--policy", "nope"])
+    assert bad.exit_code == 2 and "unknown policy 'nope'" in bad.output
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("jobs:\n  - {name: train, work: 2h, resource: {gpus: 1}}\n")
+    bad = runner.invoke(app, ["simulate", "--traces", str(traces), "--workload", str(typo), "--policy", "greedy"])
+    assert bad.exit_code == 2 and "jobs[0].resource" in bad.output
