@@ -21,6 +21,7 @@ import httpx
 import spotfleet
 from spotfleet.agent.config import AgentConfig
 from spotfleet.agent.runner import JobRunner
+from spotfleet.agent.telemetry import GpuTelemetry, job_groups
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.model.events import InstanceEvent
 from spotfleet.wire import Heartbeat, HeartbeatResponse, LogChunk, NoticeReport, RegisterRequest
@@ -47,6 +48,7 @@ class Agent:
         self.gpu_count = gpu_count if gpu_count is not None else (config.gpus or 0)
         self.runner = JobRunner(work_dir=Path(config.work_dir), clock=self.clock, gpu_count=self.gpu_count,
                                 kill_grace=config.kill_grace_seconds)  # fmt: skip
+        self.telemetry = GpuTelemetry()  # NVML; says once if there is no driver
         self.instance_id: str | None = None
         self.heartbeat_seconds = config.heartbeat_seconds
         self.pending_notices: list[NoticeReport] = []
@@ -75,7 +77,9 @@ class Agent:
         self.runner.tick()
         with self._lock:
             notices, self.pending_notices = self.pending_notices, []
-        beat = Heartbeat(jobs=self.runner.statuses(), notices=notices)
+        beat = Heartbeat(
+            jobs=self.runner.statuses(), notices=notices, telemetry=self.telemetry.sample(job_groups(self.runner))
+        )
         try:
             answer = HeartbeatResponse.model_validate(self._post("/v1/agent/heartbeat", beat.model_dump(mode="json")))
         except Exception:

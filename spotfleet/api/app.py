@@ -5,7 +5,7 @@
   ``GET /v1/events``, ``GET /v1/summary``.
 - Agents: ``POST /v1/agent/register``, ``/v1/agent/heartbeat``, ``/v1/agent/logs``,
   authenticated by their per-instance bearer token.
-- ``GET /healthz``.
+- ``GET /healthz``; ``GET /metrics`` (Prometheus, see ``spotfleet.metrics``).
 
 A client's mistake is a 4xx naming the field (422 for an invalid spec, 404 for
 an unknown id, 401 for a bad token), never a 500.
@@ -17,13 +17,14 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 import spotfleet
 from spotfleet.api.views import instance_view, job_view
 from spotfleet.controller.controller import Controller, Unauthorized
 from spotfleet.errors import InvalidSpec, NotFound
+from spotfleet.metrics import CONTENT_TYPE, FleetMetrics
 from spotfleet.model.events import NoticeKind
 from spotfleet.model.job import JobState
 from spotfleet.model.spec import parse_spec
@@ -73,6 +74,13 @@ def create_app(controller: Controller, *, api_token: str | None = None) -> FastA
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         return {"ok": True, "version": spotfleet.__version__, "cluster": controller.cluster}
+
+    metrics = FleetMetrics(controller.store, controller.clock)
+    metrics.instrument(controller)
+
+    @app.get("/metrics", dependencies=[Depends(require_user)])
+    def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.post("/v1/jobs", status_code=201, dependencies=[Depends(require_user)])
     async def submit(request: Request) -> JSONResponse:

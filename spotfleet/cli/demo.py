@@ -83,6 +83,7 @@ def demo(
         if interrupted is not None:
             _interruption_story(console, service, jobs[0].id, interrupted)
         _summary(console, service, time.monotonic() - started)
+        _cost_report(console, service)
     finally:
         service.stop()
         for provider in service.providers.values():
@@ -169,21 +170,35 @@ def _interruption_story(console: Console, service: Any, job_id: str, instance_id
 
 
 def _summary(console: Console, service: Any, elapsed: float) -> None:
+    """Jobs done, instance-hours by market, and dollars from the ledger (billing
+    minimums included), against the same instance-hours at on-demand prices."""
+    from spotfleet.cli.cost import compute_report
+    from spotfleet.ledger.money import fmt
     from spotfleet.spend import summarize
 
     s = summarize(service.store, now=service.clock.now())
+    totals = compute_report(service.store, now=service.clock.now()).totals
     table = Table(title=f"summary after {elapsed:.0f}s")
     table.add_column("")
     table.add_column("value", justify="right")
     table.add_row("jobs", ", ".join(f"{n} {state}" for state, n in sorted(s.jobs_by_state.items())))
     for market in ("spot", "on_demand"):
         table.add_row(f"instance-hours {market}", f"{s.instance_hours.get(market, 0.0):.4f}")
-        table.add_row(f"dollars {market}", f"${s.dollars.get(market, 0.0):.4f}")
-    table.add_row("dollars total", f"${s.total:.4f}")
-    table.add_row("same instance-hours on on-demand", f"${s.on_demand_equivalent:.4f}")
-    pct = 100.0 * s.savings / s.on_demand_equivalent if s.on_demand_equivalent else 0.0
-    table.add_row("saved", f"${s.savings:.4f} ({pct:.0f}%)")
+    table.add_row("dollars spent (ledger)", fmt(totals.cost, places=4))
+    table.add_row("same instance-hours on on-demand", fmt(totals.on_demand, places=4))
+    saved = totals.on_demand - totals.cost
+    pct = 100.0 * saved / totals.on_demand if totals.on_demand else 0.0
+    table.add_row("saved", f"{fmt(saved, places=4)} ({pct:.0f}%)")
     console.print(table)
+    sys.stdout.flush()
+
+
+def _cost_report(console: Console, service: Any) -> None:
+    """End with the ledger's report (what ``spotfleet cost report --by tenant --by market`` prints)."""
+    from spotfleet.cli.cost import compute_report, print_report
+
+    report = compute_report(service.store, now=service.clock.now(), by=["tenant", "market"])
+    print_report(console, report, title="spotfleet cost report --by tenant --by market")
     sys.stdout.flush()
 
 

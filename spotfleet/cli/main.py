@@ -33,7 +33,7 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import config_cmd, demo, explain, jobs, local, offerings, server, simulate
+    from spotfleet.cli import config_cmd, cost, demo, explain, jobs, local, offerings, server, simulate
 
     jobs.register(app)
     server.register(app)
@@ -43,6 +43,7 @@ def _register() -> None:
     offerings.register(app)
     config_cmd.register(app)
     simulate.register(app)
+    app.add_typer(cost.app, name="cost")
 
 
 _register()

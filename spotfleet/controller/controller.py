@@ -25,6 +25,7 @@ from spotfleet.controller.plan import Plan, plan
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.controller.sync import Observation
 from spotfleet.errors import InvalidSpec, ProviderError
+from spotfleet.ledger.usage import UsageRecorder
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Checkpoint, Job, JobState
@@ -93,6 +94,7 @@ class Controller:
         self.history_ttl = timedelta(minutes=5)
         self._history_at: datetime | None = None
         self._history_cache: tuple[tuple[RunRecord, ...], tuple[PoolExposure, ...]] = ((), ())
+        self.usage = UsageRecorder(store)  # progress + GPU telemetry for the cost ledger
 
     # ------------------------------------------------------------ users
 
@@ -223,6 +225,7 @@ class Controller:
         now = self.clock.now()
         self.store.record_presence(inst.id, provider_id=inst.provider_id, at=now,
                                    info={"telemetry": beat.telemetry} if beat.telemetry else {})  # fmt: skip
+        self.usage.observe(inst.id, beat, now=now)
         reports = [
             NodeReport(
                 job_id=j.job_id, attempt=j.attempt, node_rank=j.node_rank, instance_id=inst.id, status=j.status,

@@ -227,3 +227,29 @@ class UnavailableOfferingRow(Base):
     key: Mapped[str] = mapped_column(String(256), primary_key=True)
     until: Mapped[datetime] = mapped_column(UTCDateTime())
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class AttemptUsageRow(Base):
+    """Telemetry inbox (written by the heartbeat path, read by the ledger): one
+    node of one job attempt's progress, checkpoints and GPU use as its agent
+    reported them. Restart overhead and redone work are computed from it."""
+
+    __tablename__ = "attempt_usage"
+
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_id: Mapped[str] = mapped_column(String(64))
+    resume_step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # checkpoint step it started from
+    first_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    first_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)  # newest checkpoint of this attempt
+    checkpoint_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    gpu_samples: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_util_sum: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_idle_samples: Mapped[int] = mapped_column(Integer, default=0)  # samples under the idle threshold
+    peak_gpu_memory_mib: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_memory_total_mib: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
