@@ -64,6 +64,13 @@ class ExecutionResult:
         return self.capacity_errors > 0
 
 
+def new_agent_token() -> str:
+    """A per-instance agent secret. The ``sf_`` prefix keeps it a plain string
+    everywhere it travels: never read as a command-line option (a raw
+    url-safe token can start with ``-``) nor as a YAML number."""
+    return f"sf_{secrets.token_urlsafe(32)}"
+
+
 class Executor:
     def __init__(
         self,
@@ -72,7 +79,7 @@ class Executor:
         providers: Mapping[str, Provider],
         cluster: str,
         controller_url: Callable[[], str],
-        token_factory: Callable[[str], str] = lambda _instance_id: secrets.token_urlsafe(32),
+        token_factory: Callable[[str], str] = lambda _instance_id: new_agent_token(),
     ) -> None:
         self.store = store
         self.providers = providers

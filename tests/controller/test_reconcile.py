@@ -299,3 +299,14 @@ def test_unknown_agent_token_is_refused(sqlite_store: Store, tmp_path: Path) -> 
     h = make_harness(sqlite_store, tmp_path)
     with pytest.raises(Unauthorized):
         h.controller.register_agent(TOKEN + "nobody", RegisterRequest())
+
+
+def test_agent_tokens_are_safe_as_argv_and_yaml() -> None:
+    import yaml
+
+    from spotfleet.controller.executor import new_agent_token
+
+    for _ in range(500):
+        token = new_agent_token()
+        assert not token.startswith("-") and len(token) >= 40
+        assert yaml.safe_load(f"token: {token}")["token"] == token
