@@ -2,7 +2,10 @@
 status views show. (Per-job attribution and reports are the ledger's job.)
 
 Open segments are counted up to ``now``. The on-demand counterfactual prices the
-same instance-hours at the same instance type's on-demand price.
+same instance-hours at the same instance type's on-demand price. This is the
+cheap running view (raw seconds × price, read on every refresh); the ledger
+(``spotfleet.ledger``) is the authoritative bill: it adds billing minimums and
+attributes every dollar to jobs or idle.
 """
 
 from __future__ import annotations

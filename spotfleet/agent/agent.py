@@ -46,7 +46,7 @@ class Agent:
         self.clock = clock or SystemClock()
         self.http = http or httpx.Client(base_url=config.controller_url, timeout=10.0)
         self.gpu_count = gpu_count if gpu_count is not None else (config.gpus or 0)
-        self.runner = JobRunner(work_dir=Path(config.work_dir), clock=self.clock, gpu_count=self.gpu_count,
+        self.runner = JobRunner(work_dir=Path(config.work_dir), clock=self.clock,
                                 kill_grace=config.kill_grace_seconds)  # fmt: skip
         self.telemetry = GpuTelemetry()  # NVML; says once if there is no driver
         self.instance_id: str | None = None
@@ -104,10 +104,10 @@ class Agent:
                 text = raw.decode("utf-8", errors="replace")
                 a = proc.assignment
                 chunk = LogChunk(job_id=a.job_id, attempt=a.attempt, node_rank=a.node_rank,
-                                 offset=proc.extra.get("remote_offset", 0), data=text)  # fmt: skip
+                                 offset=proc.remote_offset, data=text)  # fmt: skip
                 resp = self._post("/v1/agent/logs", chunk.model_dump(mode="json"))
                 remote_size = resp.get("size", 0)
-                proc.extra["remote_offset"] = remote_size if isinstance(remote_size, int) else 0
+                proc.remote_offset = remote_size if isinstance(remote_size, int) else 0
                 proc.shipped += len(raw)
 
     def notice(self, event: InstanceEvent) -> None:

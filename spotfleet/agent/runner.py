@@ -23,10 +23,9 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from spotfleet.agent.progress import read_progress
 from spotfleet.agent.signals import JobTarget, NoticeDelivery
@@ -50,8 +49,8 @@ class JobProcess:
     exit_code: int | None = None
     stop_requested_at: datetime | None = None
     kill_sent: bool = False
-    shipped: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    shipped: int = 0  # bytes of the log file sent to the controller
+    remote_offset: int = 0  # the controller's size of the log (where the next chunk goes)
 
     @property
     def key(self) -> Key:
@@ -95,10 +94,9 @@ def _target_id(key: Key) -> str:
 
 
 class JobRunner:
-    def __init__(self, *, work_dir: Path, clock: Clock, gpu_count: int, kill_grace: float = 5.0) -> None:
+    def __init__(self, *, work_dir: Path, clock: Clock, kill_grace: float = 5.0) -> None:
         self.work_dir = work_dir
         self.clock = clock
-        self.gpu_count = gpu_count
         self.kill_grace = timedelta(seconds=kill_grace)
         self.procs: dict[Key, JobProcess] = {}
         self.delivery = NoticeDelivery(clock=clock)

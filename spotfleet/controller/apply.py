@@ -30,18 +30,9 @@ class Rejected:
     reason: str
 
 
-def spend_rate(
-    instances: Sequence[Instance], *, tenant_of: dict[str, str] | None = None, tenant: str | None = None
-) -> float:
-    """USD/hour of live instances (optionally those serving ``tenant``)."""
-    total = 0.0
-    for inst in instances:
-        if not inst.live or inst.state is I.TERMINATING:
-            continue
-        if tenant is not None and (tenant_of or {}).get(inst.id) != tenant:
-            continue
-        total += inst.offering.price_per_hour
-    return total
+def spend_rate(instances: Sequence[Instance]) -> float:
+    """USD/hour of the live instances that are still being paid for."""
+    return sum(i.offering.price_per_hour for i in instances if i.live and i.state is not I.TERMINATING)
 
 
 def apply_commands(step: StepState, commands: Sequence[Command]) -> list[Rejected]:

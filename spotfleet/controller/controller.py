@@ -243,13 +243,10 @@ class Controller:
                               observed_at=n.observed_at, deadline=n.deadline, source=n.source)
                 for n in beat.notices
             ])  # fmt: skip
-        if any(j.status == "exited" for j in beat.jobs) or beat.notices or self._news(inst, beat):
+        placed = self._placed_on(inst)
+        if beat.notices or _news(beat, placed):
             self.wake()
-        return self.desired_state(inst)
-
-    def _news(self, inst: Instance, beat: Heartbeat) -> bool:
-        """Did this heartbeat report a job start the controller has not seen?"""
-        return any(j.status in ("started", "running") for j in beat.jobs) and inst.state is not InstanceState.DRAINING
+        return self.desired_state(inst, placed)
 
     def append_log(self, token: str, chunk: LogChunk) -> int:
         """Append a chunk of a job's log; returns the new size (the agent's next offset)."""
@@ -281,16 +278,22 @@ class Controller:
                 parts.append(path.read_text(encoding="utf-8", errors="replace"))
         return "".join(parts)
 
-    def desired_state(self, inst: Instance) -> HeartbeatResponse:
-        """Every job attempt that should run on ``inst`` right now."""
+    def _placed_on(self, inst: Instance) -> list[tuple[Job, int]]:
+        """(job, node rank) of every job attempt currently bound to ``inst``."""
         open_attempts = self.store.open_attempts_on(inst.id)
         jobs = self.store.get_jobs(j for j, _, _ in open_attempts)
-        assignments = []
+        placed = []
         for job_id, attempt, rank in open_attempts:
             job = jobs.get(job_id)
-            if job is None or job.attempt != attempt or job.terminal:
-                continue
-            assignments.append(self._assignment(job, rank, inst))
+            if job is not None and job.attempt == attempt and not job.terminal:
+                placed.append((job, rank))
+        return placed
+
+    def desired_state(self, inst: Instance, placed: list[tuple[Job, int]] | None = None) -> HeartbeatResponse:
+        """Every job attempt that should run on ``inst`` right now."""
+        assignments = [
+            self._assignment(job, rank, inst) for job, rank in (self._placed_on(inst) if placed is None else placed)
+        ]
         return HeartbeatResponse(
             instance_id=inst.id,
             heartbeat_seconds=self.heartbeat_seconds,
@@ -319,3 +322,17 @@ class Controller:
 
     def get_job(self, job_id: str) -> Job:
         return self.store.get_job(job_id)
+
+
+def _news(beat: Heartbeat, placed: list[tuple[Job, int]]) -> bool:
+    """Does this heartbeat change what the controller knows (a bound job started,
+    a placed job exited)? Only then is a reconcile step worth waking for: a steady
+    heartbeat from a busy fleet must not keep the step running back to back."""
+    state = {(job.id, job.attempt): job.state for job, _ in placed}
+    for j in beat.jobs:
+        known = state.get((j.job_id, j.attempt))
+        if known is None:
+            continue
+        if j.status == "exited" or (j.status in ("started", "running") and known is JobState.BOUND):
+            return True
+    return False

@@ -158,12 +158,7 @@ def apply_listing(step: StepState, listed: Mapping[str, Sequence[ProviderInstanc
             elif inst.address != cloud.address and cloud.address:
                 inst.address = cloud.address
                 step.touch_instance(inst)
-        for cloud in seen:
-            if cloud.state is CloudState.TERMINATED or cloud.request_id in known_requests:
-                continue
-            if cloud.request_id and any(i.request_id == cloud.request_id for i in step.snapshot.instances.values()):
-                continue
-            orphans.append(cloud)
+        orphans.extend(c for c in seen if c.state is not CloudState.TERMINATED and c.request_id not in known_requests)
     return orphans
 
 

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import overload
+from typing import Any, overload
 
 
 class Market(enum.StrEnum):
@@ -154,11 +154,11 @@ class Offerings(Sequence[Offering]):
         banned = set(keys)
         return self.where(lambda o: o.key not in banned)
 
-    def sorted_by(self, key: Callable[[Offering], float]) -> Offerings:
+    def sorted_by(self, key: Callable[[Offering], Any]) -> Offerings:
         return Offerings(sorted(self._items, key=key))
 
     def by_price(self) -> Offerings:
-        return self.sorted_by(lambda o: (o.price_per_hour, o.key))  # type: ignore[arg-type,return-value]
+        return self.sorted_by(lambda o: (o.price_per_hour, o.key))
 
     def cheapest(self) -> Offering | None:
         return min(self._items, key=lambda o: (o.price_per_hour, o.key), default=None)

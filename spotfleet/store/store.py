@@ -476,38 +476,29 @@ class Store:
 
 def _sync_billing(s: Session, inst: Instance, now: datetime) -> None:
     """Keep billing segments in step with the instance: one open segment while it
-    is paid for, closed when it terminates, split when its price changes."""
-    open_seg = s.scalars(
-        select(BillingSegmentRow).where(BillingSegmentRow.instance_id == inst.id, BillingSegmentRow.end.is_(None))
-    ).first()
-    paid = inst.launched_at is not None
+    is paid for, closed when it terminates, split when its price changes. An
+    instance launched and gone within one step still gets its (closed) segment."""
+    if inst.launched_at is None:
+        return  # never accepted by the cloud: nothing was paid
+    segments = list(s.scalars(select(BillingSegmentRow).where(BillingSegmentRow.instance_id == inst.id)))
+    open_seg = next((seg for seg in segments if seg.end is None), None)
     ended = inst.state in TERMINAL_INSTANCE_STATES
-    if open_seg is not None and ended:
-        open_seg.end = max(inst.terminated_at or now, open_seg.start)
-        return
-    if open_seg is not None and abs(open_seg.price_per_hour - inst.offering.price_per_hour) > 1e-12:
-        open_seg.end = now
-        open_seg = None
-    if open_seg is None and paid and not ended:
-        has_any = s.scalars(select(BillingSegmentRow.id).where(BillingSegmentRow.instance_id == inst.id)).first()
-        start = now if has_any is not None else inst.launched_at
-        assert start is not None
-        o = inst.offering
-        s.add(BillingSegmentRow(
-            instance_id=inst.id, provider=o.provider, region=o.region, zone=o.zone, instance_type=o.instance_type,
-            market=o.market.value, gpu_count=o.gpu_count, price_per_hour=o.price_per_hour,
-            on_demand_price_per_hour=o.on_demand_price_per_hour, start=start, end=None,
-        ))  # fmt: skip
-    elif open_seg is None and paid and ended:
-        has_any = s.scalars(select(BillingSegmentRow.id).where(BillingSegmentRow.instance_id == inst.id)).first()
-        if has_any is None and inst.launched_at is not None:
-            o = inst.offering
-            s.add(BillingSegmentRow(
-                instance_id=inst.id, provider=o.provider, region=o.region, zone=o.zone, instance_type=o.instance_type,
-                market=o.market.value, gpu_count=o.gpu_count, price_per_hour=o.price_per_hour,
-                on_demand_price_per_hour=o.on_demand_price_per_hour, start=inst.launched_at,
-                end=max(inst.terminated_at or now, inst.launched_at),
-            ))  # fmt: skip
+    end = max(inst.terminated_at or now, inst.launched_at) if ended else None
+    if open_seg is not None:
+        if ended:
+            open_seg.end = max(end or now, open_seg.start)
+            return
+        if abs(open_seg.price_per_hour - inst.offering.price_per_hour) <= 1e-12:
+            return
+        open_seg.end = now  # the price changed: close at the old price, open at the new
+    elif ended and segments:
+        return  # already closed
+    o = inst.offering
+    s.add(BillingSegmentRow(
+        instance_id=inst.id, provider=o.provider, region=o.region, zone=o.zone, instance_type=o.instance_type,
+        market=o.market.value, gpu_count=o.gpu_count, price_per_hour=o.price_per_hour,
+        on_demand_price_per_hour=o.on_demand_price_per_hour, start=now if segments else inst.launched_at, end=end,
+    ))  # fmt: skip
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

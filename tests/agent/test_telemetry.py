@@ -108,7 +108,7 @@ def test_job_groups_of_the_real_runner(tmp_path: Path) -> None:
     from spotfleet.clock import FakeClock
     from spotfleet.wire import Assignment
 
-    runner = JobRunner(work_dir=tmp_path, clock=FakeClock(), gpu_count=2)
+    runner = JobRunner(work_dir=tmp_path, clock=FakeClock())
     code = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(30)']); time.sleep(30)"
     a = Assignment(job_id="job-g", attempt=3, node_rank=0, name="g", command=[sys.executable, "-c", code],
                    gpu_indices=[1], checkpoint_dir=str(tmp_path / "ckpt"))  # fmt: skip

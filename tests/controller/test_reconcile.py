@@ -236,12 +236,15 @@ def test_rebalance_cordons_asks_for_an_early_checkpoint_and_prepares_a_replaceme
 def test_failures_retry_then_fail(sqlite_store: Store, tmp_path: Path) -> None:
     h = make_harness(sqlite_store, tmp_path)
     job = h.submit(name="flaky", max_retries=1)
-    for expected in (JobState.PENDING, JobState.FAILED):
-        h.step()
-        h.register_all()
-        h.report(job, "exited", exit_code=3)
-        h.step()
-        assert h.job(job.id).state in (expected, JobState.BOUND)
+    h.step()
+    h.register_all()
+    h.report(job, "exited", exit_code=3)
+    h.step()  # the failure is retried: requeued and placed again in the same step
+    retried = h.job(job.id)
+    assert (retried.state, retried.attempt, retried.failures) == (JobState.BOUND, 2, 1)
+    h.report(job, "exited", exit_code=3)
+    h.step()
+    assert [a["outcome"] for a in sqlite_store.job_attempts(job.id)] == ["failed", "failed"]
     final = h.job(job.id)
     assert final.state is JobState.FAILED and final.failures == 2 and final.exit_code == 3
 
@@ -310,3 +313,21 @@ def test_agent_tokens_are_safe_as_argv_and_yaml() -> None:
         token = new_agent_token()
         assert not token.startswith("-") and len(token) >= 40
         assert yaml.safe_load(f"token: {token}")["token"] == token
+
+
+def test_only_news_in_a_heartbeat_wakes_the_step(sqlite_store: Store, tmp_path: Path) -> None:
+    h = make_harness(sqlite_store, tmp_path)
+    wakes: list[int] = []
+    h.controller.wake = lambda: wakes.append(1)
+    job = h.submit(name="x")
+    h.step()
+    h.register_all()
+    wakes.clear()
+    h.report(job, "running")
+    assert len(wakes) == 1, "a bound job started: news"
+    h.step()
+    for _ in range(3):
+        h.report(job, "running")
+    assert len(wakes) == 1, "a steady heartbeat of a running job is not news"
+    h.report(job, "exited", exit_code=0)
+    assert len(wakes) == 2, "an exit is news"

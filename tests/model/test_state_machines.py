@@ -71,3 +71,15 @@ def test_illegal_instance_moves_raise(clock: FakeClock) -> None:
     assert inst.terminated_at == now
     with pytest.raises(IllegalTransition):
         inst.transition(InstanceState.RUNNING, at=now)
+
+
+def test_offerings_chain_and_sort() -> None:
+    from spotfleet.model.offering import Market, NodeRequirements, Offerings
+    from spotfleet.providers.fake import both_markets, gpu_offering
+
+    offers = Offerings([*both_markets(), gpu_offering("p3.8xlarge", gpus=4, spot=3.2, on_demand=12.24)])
+    four = offers.available().spot().compatible(NodeRequirements(gpus=4))
+    assert [o.instance_type for o in four] == ["p3.8xlarge"]
+    assert [o.price_per_hour for o in offers.by_price()] == [0.9, 3.06, 3.2]
+    cheapest = offers.market(Market.ON_DEMAND).cheapest()
+    assert cheapest is not None and cheapest.price_per_hour == 3.06
