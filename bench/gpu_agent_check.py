@@ -14,7 +14,20 @@ allocates ``--mem-mib`` of device memory and launches a small PTX spin kernel
 in a loop. On a machine without an NVIDIA GPU/driver it prints a "no GPU" line
 and exits 0.
 
-    python bench/gpu_agent_check.py [--seconds 20] [--interval 1.0] [--mem-mib 1024]
+GPU partitions (docs/gpu-partitioning.md), checked read-only:
+
+- MIG: every GPU's MIG mode (current and pending) and its MIG devices
+  (profile, UUID, memory) as the agent reads them (``partitions.MigNode.gpus``).
+  Nothing is created, destroyed or switched: no MIG mode change, no reset.
+- MPS: an MPS control daemon for GPU 0 in a private pipe/log directory (as the
+  agent runs one per GPU), two small CUDA jobs as its clients with different
+  shares (``--shares 0.25,0.5``: thread percentage and pinned-memory limit),
+  sampled together; it prints what each job got (its environment, its SM time
+  and memory as NVML attributed them) and stops the daemon (``quit``). Skipped
+  when GPU 0 is in MIG mode; without ``nvidia-cuda-mps-control`` the two jobs
+  run time-sliced and it says so.
+
+    python bench/gpu_agent_check.py [--seconds 20] [--interval 1.0] [--mem-mib 1024] [--shares 0.25,0.5] [--no-mps]
 """
 
 from __future__ import annotations
@@ -26,7 +39,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 PTX = rb"""
@@ -116,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--mem-mib", type=int, default=1024)
+    p.add_argument("--shares", default="0.25,0.5", help="GPU shares of the two MPS jobs")
+    p.add_argument("--no-mps", action="store_true", help="skip the MPS part")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -173,8 +191,92 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     print(f"attributed to bench-job: {len(attributed)}/{len(rows)} samples with its PIDs, peak "
           f"{summary['peak_job_memory_mib']:.0f} MiB, mean utilisation {summary['mean_job_utilization_pct']}%")  # fmt: skip
+    tel = GpuTelemetry()
+    tel.sample()
+    summary["mig"] = mig_listing(tel)
+    if not args.no_mps:
+        summary["mps"] = mps_check(args, tel, gpu0)
+    tel.close()
     print(json.dumps(summary))
     return 0 if code == 0 else 1
+
+
+def mig_listing(tel: Any) -> list[dict[str, Any]]:
+    """Every GPU's MIG mode and devices, read-only (what the agent's MigNode sees)."""
+    from spotfleet.agent.partitions import MigNode
+    from spotfleet.model.partition import layout_text
+
+    gpus = MigNode(tel.nvml, now=lambda: datetime.now(UTC)).gpus()
+    print(f"{'GPU':>3} {'MIG mode':<9} {'pending':<8} {'devices'}")
+    out = []
+    for g in gpus:
+        mode = "n/a" if g.enabled is None else ("on" if g.enabled else "off")
+        pending = "-" if g.pending is None else ("on" if g.pending else "off")
+        layout = layout_text(g.layout) if g.devices else "-"
+        print(f"{g.index:>3} {mode:<9} {pending:<8} {layout}")
+        for d in g.devices:
+            print(
+                f"      MIG device {d.index}: {d.profile or '?'} {d.uuid} {d.memory_mib:.0f} MiB{' (busy)' if d.busy else ''}"
+            )
+        out.append({"gpu": g.index, "mig_mode": mode, "pending": pending,
+                    "devices": [{"profile": d.profile, "uuid": d.uuid, "memory_mib": d.memory_mib} for d in g.devices]})  # fmt: skip
+    return out
+
+
+def mps_check(args: argparse.Namespace, tel: Any, gpu0: dict[str, Any]) -> dict[str, Any]:
+    """Two CUDA jobs as MPS clients of one daemon for GPU 0, with different shares."""
+    from spotfleet.agent.mps import MpsDaemon, MpsDaemons, client_env
+    from spotfleet.agent.telemetry import JobGroup
+
+    if (gpu0.get("mig") or {}).get("enabled"):
+        print("MPS: GPU 0 is in MIG mode; skipped (MPS clients there need a MIG device)")
+        return {"skipped": "GPU 0 in MIG mode"}
+    shares = [float(x) for x in args.shares.split(",")][:2]
+    total_mib = gpu0["memory_total_mib"] or 0.0
+    root = Path(tempfile.mkdtemp(prefix="spotfleet-mps-check-"))
+    daemons = MpsDaemons(root=root)
+    daemon = daemons.ensure(0, gpu0["uuid"] or "0")
+    mode = "mps" if isinstance(daemon, MpsDaemon) else "time-sliced"
+    print(
+        f"MPS: {'daemon for GPU 0 in ' + str(root) if isinstance(daemon, MpsDaemon) else 'unavailable: ' + str(daemon)}"
+    )
+    jobs: list[tuple[float, subprocess.Popen[bytes], dict[str, str]]] = []
+    try:
+        for share in shares:
+            limit = share * total_mib
+            extra = (client_env(daemon, fraction=share, memory_limit_mib=limit) if isinstance(daemon, MpsDaemon)
+                     else {"CUDA_VISIBLE_DEVICES": "0"})  # fmt: skip
+            mem = min(args.mem_mib, int(limit * 0.8)) if limit else args.mem_mib
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--seconds", str(args.seconds),
+                   "--mem-mib", str(mem)]  # fmt: skip
+            jobs.append((share, subprocess.Popen(cmd, env={**os.environ, **extra}, start_new_session=True), extra))
+        groups = [JobGroup(f"share-{s:g}", 1, 0, p.pid, (0,)) for s, p, _ in jobs]
+        seen: dict[str, dict[str, list[float]]] = {g.job_id: {"sm": [], "mem": []} for g in groups}
+        while any(p.poll() is None for _, p, _ in jobs):
+            time.sleep(args.interval)
+            for j in tel.sample(groups).get("jobs", []):
+                if j.get("sm_util_pct") is not None:
+                    seen[j["job_id"]]["sm"].append(j["sm_util_pct"])
+                if j.get("memory_used_mib") is not None and j.get("memory_source") == "processes":
+                    seen[j["job_id"]]["mem"].append(j["memory_used_mib"])
+    finally:
+        for _, p, _ in jobs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        daemons.stop_all()
+    print(f"{'share':>6} {'threads%':>8} {'mem limit':>10} {'SM used%':>8} {'peak MiB':>8} exit")
+    results = []
+    for (share, p, extra), g in zip(jobs, groups, strict=True):
+        sm, mem = seen[g.job_id]["sm"], seen[g.job_id]["mem"]
+        r = {"share": share, "isolation": mode, "thread_pct": extra.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"),
+             "mem_limit": extra.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+             "mean_sm_pct": round(sum(sm) / len(sm), 1) if sm else None, "peak_mib": max(mem) if mem else None,
+             "exit_code": p.returncode}  # fmt: skip
+        results.append(r)
+        print(f"{share:>6g} {r['thread_pct'] or '-':>8} {r['mem_limit'] or '-':>10} {_n(r['mean_sm_pct']):>8} "
+              f"{_n(r['peak_mib']):>8} {p.returncode}")  # fmt: skip
+    return {"mode": mode, "jobs": results}
 
 
 def _n(value: float | None) -> str:

@@ -14,11 +14,21 @@ single-region baseline picks one zone per run).
 Prints a table, then one JSON line per policy with ``policy``, ``runs``,
 ``mean_cost``, ``optimal_mean_cost``, ``ratio_to_optimal`` (mean cost over the
 optimum's mean cost) and ``deadline_misses``.
+
+Leave-zones-out (``--subsets K``): every K-zone subset of the N zones given is
+its own market (``--max-subsets`` keeps an evenly spaced sample of them, for a
+smoke run); each subset gets ``--starts`` starts. Per policy it prints the mean
+over subsets of the subset's ratio (its mean cost over the optimum's mean
+cost), the worst subset's ratio, the worst single start, and the misses, then
+one JSON line with ``mode: "subsets"``:
+
+    python bench/policy_cost.py --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 30
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -33,6 +43,7 @@ from spotfleet.sim.traces import TraceSet, load_traces
 
 @dataclass(frozen=True)
 class Run:
+    zones: tuple[str, ...]
     policy: str
     start_tick: int
     cost: float
@@ -50,17 +61,34 @@ def _init(paths: list[str], align: str) -> None:
     _TRACES = load_traces(paths, align=align)  # type: ignore[arg-type]
 
 
-def _one(args: tuple[str, int, float, float, float, float]) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes = args
+_SUBSETS: dict[tuple[str, ...], TraceSet] = {}
+
+
+def _subset(zones: tuple[str, ...]) -> TraceSet:
     assert _TRACES is not None
+    if not zones:
+        return _TRACES
+    found = _SUBSETS.get(zones)
+    if found is None:
+        found = _SUBSETS[zones] = _TRACES.only(zones=zones)
+    return found
+
+
+Task = tuple[str, int, float, float, float, float, tuple[str, ...]]
+
+
+def _one(args: Task) -> Run:
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones = args
+    traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
-        _TRACES, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
+        traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
         checkpoint_interval=interval,
     )  # fmt: skip
     sim = run.sim
     return Run(
+        zones=zones,
         policy=policy,
         start_tick=tick,
         cost=run.cost,
@@ -84,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=list(POLICY_NAMES), choices=POLICY_NAMES)
     parser.add_argument("--processes", type=int, default=1, help="worker processes (this machine: 2 cores, shared)")
     parser.add_argument("--align", choices=["time", "start"], default="time")
+    parser.add_argument("--subsets", type=int, default=0,
+                        help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
+    parser.add_argument("--max-subsets", type=int, default=0,
+                        help="with --subsets: an evenly spaced sample of at most this many subsets (0: all)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.subsets:
+        return _main_subsets(args)
 
     began = time.perf_counter()
     _init(args.traces, args.align)
@@ -92,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ticks = start_ticks(_TRACES, count=args.starts, window_hours=args.deadline_hours, seed=args.seed)
     policies = list(dict.fromkeys(["optimal", *args.policies]))
     tasks = [
-        (p, t, args.work_hours, args.deadline_hours, args.restart_hours, args.checkpoint_minutes)
+        (p, t, args.work_hours, args.deadline_hours, args.restart_hours, args.checkpoint_minutes, ())
         for p in policies
         for t in ticks
     ]
@@ -134,6 +168,95 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
         print(json.dumps(line))
+    return 0
+
+
+def subset_list(zones: list[str], k: int, limit: int = 0) -> list[tuple[str, ...]]:
+    """Every ``k``-zone subset of ``zones`` (lexicographic), or an evenly spaced
+    sample of ``limit`` of them."""
+    every = list(itertools.combinations(sorted(zones), k))
+    if limit and limit < len(every):
+        step = len(every) / limit
+        every = [every[int(i * step)] for i in range(limit)]
+    return every
+
+
+def summarize_subsets(runs: list[Run], policies: list[str]) -> dict[str, dict[str, float | int]]:
+    """Per policy: mean over subsets of (mean cost / optimum's mean cost), the
+    worst subset's ratio, the worst single start's ratio and the misses."""
+    optimum = {(r.zones, r.start_tick): r.cost for r in runs if r.policy == "optimal"}
+    subsets = sorted({r.zones for r in runs})
+    out: dict[str, dict[str, float | int]] = {}
+    for policy in policies:
+        ratios = []
+        worst_start = 0.0
+        misses = 0
+        n = 0
+        for zones in subsets:
+            mine = [r for r in runs if r.policy == policy and r.zones == zones]
+            if not mine:
+                continue
+            n += len(mine)
+            opt = statistics.fmean(optimum[(zones, r.start_tick)] for r in mine)
+            ratios.append(statistics.fmean(r.cost for r in mine) / opt)
+            misses += sum(r.missed for r in mine)
+            for r in mine:
+                o = optimum[(zones, r.start_tick)]
+                if o > 0:
+                    worst_start = max(worst_start, r.cost / o)
+        out[policy] = {
+            "subsets": len(ratios), "runs": n, "mean_ratio": round(statistics.fmean(ratios), 4),
+            "worst_subset_ratio": round(max(ratios), 4), "worst_start_ratio": round(worst_start, 4),
+            "deadline_misses": misses,
+        }  # fmt: skip
+    return out
+
+
+def _main_subsets(args: argparse.Namespace) -> int:
+    began = time.perf_counter()
+    _init(args.traces, args.align)
+    assert _TRACES is not None
+    names = sorted({z.zone for z in _TRACES.zones})
+    if not 1 <= args.subsets <= len(names):
+        print(f"--subsets {args.subsets}: the traces have {len(names)} zones", file=sys.stderr)
+        return 2
+    subsets = subset_list(names, args.subsets, args.max_subsets)
+    policies = list(dict.fromkeys(["optimal", *args.policies]))
+    tasks: list[Task] = []
+    for zones in subsets:
+        ticks = start_ticks(_subset(zones), count=args.starts, window_hours=args.deadline_hours, seed=args.seed)
+        for p in policies:
+            for t in ticks:
+                tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
+                              args.checkpoint_minutes, zones))  # fmt: skip
+    if args.processes > 1:
+        with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
+            runs = list(pool.map(_one, tasks, chunksize=4))
+    else:
+        runs = [_one(task) for task in tasks]
+    total = len(list(itertools.combinations(names, args.subsets)))
+    print(f"traces: {', '.join(args.traces)} ({len(names)} zones); {len(subsets)} of {total} "
+          f"{args.subsets}-zone subsets, {args.starts} starts each")  # fmt: skip
+    print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
+          f"checkpoint every {args.checkpoint_minutes:g} min (seed {args.seed})\n")  # fmt: skip
+    summary = summarize_subsets(runs, policies)
+    header = (
+        f"{'policy':<18}{'subsets':>8}{'runs':>6}{'mean ratio':>12}{'worst subset':>14}{'worst start':>13}{'misses':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for policy in policies:
+        s = summary[policy]
+        print(f"{policy:<18}{s['subsets']:>8}{s['runs']:>6}{s['mean_ratio']:>12.3f}{s['worst_subset_ratio']:>14.3f}"
+              f"{s['worst_start_ratio']:>13.3f}{s['deadline_misses']:>8}")  # fmt: skip
+    print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
+    for policy in policies:
+        print(json.dumps({
+            "mode": "subsets", "policy": policy, **summary[policy], "k": args.subsets, "zones": len(names),
+            "traces": args.traces, "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
+            "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
+            "starts": args.starts, "seed": args.seed, "max_subsets": args.max_subsets,
+        }))  # fmt: skip
     return 0
 
 

@@ -7,7 +7,12 @@ so a job is never bound to an instance without room for it.
 
 MIG packing: a MIG-capable GPU (A100/H100/H200) in MIG mode holds profiles
 whose compute slices sum to at most 7 and whose memory sums to at most the
-GPU's memory; a GPU is whole, MIG or time-sliced, never two at once.
+GPU's memory; a GPU is whole, MIG or time-sliced, never two at once. Where
+the pool declares a MIG layout (``Offering.mig_layout``, from the
+``gpu_partitioning`` config), a GPU holds exactly the layout's devices: a job
+takes a free device of its profile, so what the planner packs is what the
+node agent can hand out. An instance type agents reported MIG-unfit
+(``Offering.mig_unfit``) takes no MIG job.
 
 Unavailable cache: after ``InsufficientCapacity`` the executor marks each
 failed offering's pool (key = provider:market:type:zone) unavailable until
@@ -20,7 +25,7 @@ offers on-demand only to jobs whose market decision allows it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from spotfleet.model.job import Binding, Job
@@ -51,6 +56,7 @@ class Slot:
     slices: int = 0
     memory_gib: float = 0.0
     fraction: float = 0.0
+    profiles: list[str] = field(default_factory=list)  # MIG profiles held (matched against a declared layout)
 
 
 class Cap:
@@ -109,7 +115,12 @@ class Cap:
         for idx, s in self.slots.items():
             if s.mode is not shape.kind:
                 continue
-            if shape.kind is ShareKind.MIG:
+            if shape.kind is ShareKind.MIG and self.offering.mig_layout:
+                layout = self.offering.mig_layout
+                if s.profiles.count(shape.mig_profile) >= layout.count(shape.mig_profile):
+                    continue
+                used = float(s.slices)
+            elif shape.kind is ShareKind.MIG:
                 if s.slices + shape.slices > MIG_SLICES_PER_GPU:
                     continue
                 if s.memory_gib + shape.mig_memory_gib > self.offering.gpu_memory_gib + EPS:
@@ -127,9 +138,20 @@ class Cap:
         req = shape.req
         if self.cpus + EPS < req.cpus or self.memory + EPS < req.memory_gib:
             return False
+        if self.offering.mig_layout and shape.kind is not ShareKind.MIG and req.gpus > 0:
+            return False  # the GPUs are cut into MIG devices
         if shape.kind is ShareKind.WHOLE:
             return len(self.free) >= req.gpus
+        if shape.kind is ShareKind.MIG and not self._mig_ok(shape):
+            return False
         return bool(self.free) or self._partial(shape) is not None
+
+    def _mig_ok(self, shape: Shape) -> bool:
+        """The declared layout has the profile, and no agent said it cannot be had here."""
+        o = self.offering
+        if o.mig_layout and shape.mig_profile not in o.mig_layout:
+            return False
+        return o.mig_unfit_reason(shape.mig_profile) is None
 
     def key(self, shape: Shape) -> tuple[int, int, float, float, str]:
         """Best-fit order: fewest free GPUs, then least GPU memory, then host memory."""
@@ -141,7 +163,8 @@ class Cap:
         if self.free:
             return False
         for s in self.slots.values():
-            if s.mode is ShareKind.MIG and s.slices < MIG_SLICES_PER_GPU:
+            layout = self.offering.mig_layout
+            if s.mode is ShareKind.MIG and (len(s.profiles) < len(layout) if layout else s.slices < MIG_SLICES_PER_GPU):
                 return False
             if s.mode is ShareKind.FRACTION and s.fraction < 1.0 - EPS:
                 return False
@@ -165,6 +188,7 @@ class Cap:
         if shape.kind is ShareKind.MIG:
             slot.slices += shape.slices
             slot.memory_gib += shape.mig_memory_gib
+            slot.profiles.append(shape.mig_profile)
             return Binding(rank, self.id, (idx,), mig_slices=shape.slices)
         slot.fraction += shape.fraction
         return Binding(rank, self.id, (idx,), gpu_fraction=shape.fraction)
@@ -191,6 +215,7 @@ class Cap:
             if r.mig:
                 slot.slices += binding.mig_slices or MIG_PROFILES[r.mig]
                 slot.memory_gib += mig_memory_gib(r.mig)
+                slot.profiles.append(r.mig)
             else:
                 slot.fraction += r.gpu_fraction or 0.0
             return
@@ -216,6 +241,8 @@ class Cap:
             if r.mig:
                 slot.slices -= binding.mig_slices or MIG_PROFILES[r.mig]
                 slot.memory_gib -= mig_memory_gib(r.mig)
+                if r.mig in slot.profiles:
+                    slot.profiles.remove(r.mig)
                 empty = slot.slices <= 0
             else:
                 slot.fraction -= r.gpu_fraction or 0.0
@@ -233,7 +260,7 @@ class Cap:
         c = Cap.__new__(Cap)
         c.id, c.offering, c.pool, c.schedulable, c.new = self.id, self.offering, self.pool, self.schedulable, self.new
         c.free = list(self.free)
-        c.slots = {i: Slot(s.mode, s.slices, s.memory_gib, s.fraction) for i, s in self.slots.items()}
+        c.slots = {i: Slot(s.mode, s.slices, s.memory_gib, s.fraction, list(s.profiles)) for i, s in self.slots.items()}
         c.cpus, c.memory, c.jobs, c.tenant, c.touched = (
             self.cpus,
             self.memory,

@@ -85,6 +85,8 @@ class Explanation:
     rejected: tuple[RejectedGroup, ...] = ()
     compatible: int = 0
     work_unit: str = "A100-80GB-hour"
+    policy: str = "spotfleet"  # the policy whose reasoning is shown
+    policy_note: str = ""  # set when the controller runs another policy than the one explained
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,9 +94,19 @@ class Explanation:
 
 
 def explain_job(
-    snapshot: Snapshot, job_id: str, *, policy: SpotfleetPolicy | None = None, top: int | None = None
+    snapshot: Snapshot,
+    job_id: str,
+    *,
+    policy: SpotfleetPolicy | None = None,
+    top: int | None = None,
+    configured: str | None = None,
 ) -> Explanation:
-    """Why ``job_id`` is where it is (raises ``NotFound`` for an unknown id)."""
+    """Why ``job_id`` is where it is (raises ``NotFound`` for an unknown id).
+
+    ``policy`` is the controller's own (its knobs); ``configured`` names the
+    policy the controller runs when that is not a ``SpotfleetPolicy`` (e.g.
+    ``simple``): the explanation then says it shows spotfleet's reasoning, not
+    what decided."""
     job = snapshot.jobs.get(job_id)
     if job is None:
         raise NotFound(f"job {job_id} not found")
@@ -139,13 +151,31 @@ def explain_job(
     summary = _summary(job.state, placement, outcome.status if outcome else "", outcome.reason if outcome else "",
                        note, len(ranking.scored))  # fmt: skip
     unit = "job units (learned)" if econ.learned else ("job units" if econ.override else "A100-80GB-hour")
+    extra: dict[str, Any] = {}
+    plan_status, plan_code = (outcome.status, outcome.code) if outcome else ("", "")
+    plan_reason = outcome.reason if outcome else ""
+    if job.failures or snapshot.avoid.get(job.id):
+        retry_at = job.retry_not_before
+        avoid = sorted(snapshot.avoid.get(job.id, ()))
+        extra["retries"] = {
+            "failures": job.failures, "max_retries": job.spec.max_retries, "last_exit_code": job.exit_code,
+            "runs": job.runs, "not_before": retry_at.isoformat() if retry_at else None, "avoiding": avoid,
+            "crash_loop": job.failures >= 2,
+        }  # fmt: skip
+        if retry_at is not None and retry_at > snapshot.now:
+            loop = "crash loop: " if job.failures >= 2 else ""
+            summary = (f"pending: {loop}failed {job.failures}× (last exit {job.exit_code}); retry "
+                       f"{job.failures}/{job.spec.max_retries} waits its backoff until {retry_at:%H:%M:%S}"
+                       + (f", avoiding {', '.join(avoid)}" if avoid else ""))  # fmt: skip
+            plan_status, plan_code, plan_reason = "blocked", "backoff", summary
     return Explanation(
         job_id=job.id, name=job.spec.name, state=job.state.value, priority=job.spec.priority.value, summary=summary,
         markets=tuple(m.value for m in decision.markets), market_reason=decision.reason,
-        plan_status=outcome.status if outcome else "", plan_code=outcome.code if outcome else "",
-        plan_reason=outcome.reason if outcome else "", note=note, placement=placement,
+        plan_status=plan_status, plan_code=plan_code, plan_reason=plan_reason, note=note, placement=placement,
         top=tuple(OfferingRow.of(s) for s in ranking.scored[: top or knobs.explain_top]),
-        rejected=rejected, compatible=len(ranking.scored), work_unit=unit,
+        rejected=rejected, compatible=len(ranking.scored), work_unit=unit, extra=extra, policy=policy.name,
+        policy_note="" if configured in (None, policy.name) else (
+            f"the controller runs the {configured!r} policy; this ranking is what the spotfleet policy would do"),
     )  # fmt: skip
 
 

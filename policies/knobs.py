@@ -24,14 +24,21 @@ class Knobs:
 
     # --- market
     deadline_margin_h: float | None = None
-    """Deadline slack margin (decision granularity, hysteresis band); None = one restart delay."""
+    """Deadline slack margin (decision granularity, hysteresis band); None = derived: the
+    decision interval when known, else one restart delay."""
+    decision_interval_h: float | None = None
+    """How late a market decision can be: the controller's step (the simulator passes its
+    tick). It is the derived deadline margin: between two decisions the slack falls by at
+    most one step. None = unknown (the margin is then one restart delay)."""
     trust_notice_checkpoint: bool = True
     """A reclaim notice is long enough for the job to checkpoint (the drain protocol), so a
     reclaim costs a restart, not the work since the last periodic checkpoint. False: reserve
     the checkpoint interval (everything done, without one) against a failed notice checkpoint."""
 
+    max_migrations_per_plan: int = 10
+    """Planned moves of running spot jobs to a cheaper pool per plan (bounds plan time and churn)."""
+
     # --- capacity
-    unavailable_ttl_s: float = 180.0
     """How long a pool stays marked unavailable after InsufficientCapacity."""
     max_alternatives: int = 3
     """Substitute offerings carried on a Launch for the executor to try."""
@@ -51,6 +58,8 @@ class Knobs:
     # --- preemption
     preemption_enabled: bool = True
     preemption_max_jobs: int = 50
+    preemptions_per_job_per_hour: int = 2
+    """A job preempted this many times in the last hour is no longer a victim (no preemption storms)."""
     """Urgent jobs considered for preemption per plan (bounds work and disruption per step)."""
     explain_top: int = 5
     """How many ranked offerings explain shows."""

@@ -22,6 +22,7 @@ waits when a cap is reached.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +56,7 @@ def decide_market(
     last_market: Market | None = None,
     spot_available: bool | None = None,
     spot_hazard_per_h: float = 0.0,
+    spot_refused: str | None = None,
 ) -> MarketDecision:
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
@@ -65,7 +67,8 @@ def decide_market(
         return MarketDecision(SPOT_ONLY, "opportunistic jobs run on spot only (wait for cheap capacity)")
     if spec.deadline is not None:
         return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market,
-                               spot_available=spot_available, spot_hazard_per_h=spot_hazard_per_h)  # fmt: skip
+                               spot_available=spot_available, spot_hazard_per_h=spot_hazard_per_h,
+                               spot_refused=spot_refused)  # fmt: skip
     return MarketDecision(EITHER, "no deadline: spot or on-demand by expected cost per unit of work")
 
 
@@ -136,8 +139,77 @@ def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs
     lost = interval.total_seconds() / 3600.0 if interval is not None else done
     if knobs.trust_notice_checkpoint:
         lost = 0.0
-    margin = knobs.deadline_margin_h if knobs.deadline_margin_h is not None else knobs.restart_delay_h
-    return DeadlineThresholds(left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, margin)
+    return DeadlineThresholds(
+        left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, deadline_margin(knobs)
+    )
+
+
+def deadline_margin(knobs: Knobs) -> float:
+    """The margin ``m``: the knob when set, else how late a decision can be (one
+    controller step, ``decision_interval_h``) capped at one restart delay (the
+    earlier fixed margin, kept for coarse steps: a step of half an hour would
+    otherwise eat most of a small slack), else one restart delay."""
+    if knobs.deadline_margin_h is not None:
+        return knobs.deadline_margin_h
+    if knobs.decision_interval_h is not None:
+        return min(knobs.decision_interval_h, knobs.restart_delay_h)
+    return knobs.restart_delay_h
+
+
+@dataclass(frozen=True, slots=True)
+class SpotOffer:
+    """The best usable spot offering for a job and the best on-demand one, as the
+    deadline rule compares them: price (USD/instance-hour, per node of the shape
+    over throughput when the caller has it: any common unit) and the spot pool's
+    interruption hazard (per hour, learned online: ``forecast.Forecast.hazard``)."""
+
+    spot_price: float
+    hazard_per_h: float
+    on_demand_price: float | None = None
+
+
+def useful_fraction(hazard_per_h: float, restart_h: float, lost_h: float = 0.0) -> float:
+    """Share of paid spot time that is useful progress.
+
+    Spot lifetimes ``L`` are taken as exponential with rate ``λ`` (the pool's
+    hazard). Each life first pays ``d`` (restart) and, when it ends, loses
+    ``lost`` (work since the last checkpoint); what it contributes is
+    ``max(0, L − d − lost)`` whose mean is ``e^{−λ(d+lost)}/λ`` against a mean
+    life of ``1/λ``: the useful share is ``e^{−λ(d+lost)}``."""
+    return math.exp(-max(0.0, hazard_per_h) * max(0.0, restart_h + lost_h))
+
+
+def outlives_restart(hazard_per_h: float, restart_h: float) -> bool:
+    """Does a spot pool's expected lifetime ``1/λ`` outlast a restart? A window
+    that ends before the job has restarted buys no progress: such a pool is never
+    entered, moved to, or counted as usable (the one place this rule lives)."""
+    return hazard_per_h * restart_h < 1.0
+
+
+def spot_cost_per_work(offer: SpotOffer, *, restart_h: float, lost_h: float = 0.0) -> float:
+    """Expected spot cost per unit of useful work: price / useful share (the
+    price plus the expected loss from reclaims)."""
+    return offer.spot_price / useful_fraction(offer.hazard_per_h, restart_h, lost_h)
+
+
+def spot_worth(offer: SpotOffer | None, *, restart_h: float, lost_h: float = 0.0) -> str | None:
+    """Why the best spot offering is *not* worth taking for a deadline job, or None.
+
+    - no usable spot offering;
+    - its pool's expected lifetime ``1/λ`` is shorter than a restart ``d``: a
+      window that ends before the job has restarted buys no progress;
+    - its expected cost per unit of useful work (``spot_cost_per_work``) is not
+      below on-demand's: reclaims would make it dearer than on-demand."""
+    if offer is None:
+        return "no usable spot offering"
+    if not outlives_restart(offer.hazard_per_h, restart_h):
+        return (f"spot's expected lifetime {1.0 / offer.hazard_per_h:.2f} h is shorter than a restart "
+                f"({restart_h:.2f} h)")  # fmt: skip
+    cost = spot_cost_per_work(offer, restart_h=restart_h, lost_h=lost_h)
+    if offer.on_demand_price is not None and cost >= offer.on_demand_price:
+        return (f"spot's expected cost per useful hour {cost:.3f} (price {offer.spot_price:.3f} with reclaims) "
+                f"≥ on-demand {offer.on_demand_price:.3f}")  # fmt: skip
+    return None
 
 
 def deadline_market(
@@ -149,12 +221,18 @@ def deadline_market(
     last_market: Market | None = None,
     spot_available: bool | None = None,
     spot_hazard_per_h: float = 0.0,
+    spot_refused: str | None = None,
 ) -> MarketDecision:
     """Slack-reserve deadline policy for a job that is not running (``DeadlineThresholds``).
 
     1. slack < ``start`` → on-demand: even one spot start could no longer
        survive a reclaim;
-    2. spot usable in any allowed zone now → spot;
+    2. spot offered now but not worth it (``spot_refused``, from ``spot_worth``:
+       dearer per unit of useful work than on-demand once reclaims are
+       priced in, or pools that do not outlive a restart) → on-demand, from
+       which ``should_return_to_spot`` brings it back when spot is worth it;
+       spot usable and worth it in any allowed zone now → spot (the ranking
+       picks the pool with the least expected cost per unit of work);
     3. no spot now, slack < ``wait`` → wait for spot: a fallback to on-demand
        would be final (no slack left to come back), so waiting can only help
        until rule 1 fires;
@@ -185,6 +263,9 @@ def deadline_market(
             f"deadline slack {t.slack:.2f} h no longer covers a spot start and a reclaim ({t.start:.2f} h): on-demand",
             urgent=True,
         )
+    if spot_refused is not None:
+        return MarketDecision(ON_DEMAND_ONLY, f"deadline slack {t.slack:.2f} h; {spot_refused}: on-demand "
+                              "(back to spot when it is worth it)")  # fmt: skip
     if spot_available is True:
         return MarketDecision(SPOT_ONLY, f"deadline slack {t.slack:.2f} h: spot while available")
     if t.slack < t.wait:
@@ -309,6 +390,9 @@ class BudgetLedger:
     spend: float
     tenant_spend: dict[str, float] = field(default_factory=dict)
     eps: float = 1e-9
+    reserved: float = 0.0  # held for urgent jobs waiting for budget that preemption frees
+    tenant_reserved: dict[str, float] = field(default_factory=dict)
+    holds: dict[str, tuple[str, float]] = field(default_factory=dict)  # job id → (tenant, USD/h held)
 
     @classmethod
     def build(cls, budgets: Iterable[Budget], instances: Iterable[Instance], jobs: Iterable[Job]) -> BudgetLedger:
@@ -324,10 +408,26 @@ class BudgetLedger:
         return cls(global_cap, tenant_caps, total, tenants)
 
     def can_launch(self, tenant: str, price: float) -> bool:
-        if self.global_cap is not None and self.spend + price > self.global_cap + self.eps:
+        if self.global_cap is not None and self.spend + self.reserved + price > self.global_cap + self.eps:
             return False
         cap = self.tenant_caps.get(tenant)
-        return cap is None or self.tenant_spend.get(tenant, 0.0) + price <= cap + self.eps
+        held = self.tenant_reserved.get(tenant, 0.0)
+        return cap is None or self.tenant_spend.get(tenant, 0.0) + held + price <= cap + self.eps
+
+    def reserve(self, tenant: str, amount: float, *, job_id: str = "") -> None:
+        """Hold ``amount`` USD/h for an urgent job blocked on budget: every
+        launch planned after it sees that much less headroom. Design choice:
+        without it, budget freed by preempting opportunistic work was re-bought
+        by the victims (planned later in the same step, while the freed
+        instances were still shutting down), and the urgent job never started
+        (issue 14: a livelock of preempt → re-buy → preempt)."""
+        if amount <= 0:
+            return
+        self.holds[job_id] = (tenant, amount)
+        if self.global_cap is not None:
+            self.reserved += amount
+        if tenant in self.tenant_caps:
+            self.tenant_reserved[tenant] = self.tenant_reserved.get(tenant, 0.0) + amount
 
     def launch(self, tenant: str, price: float) -> None:
         self.spend += price
@@ -341,12 +441,24 @@ class BudgetLedger:
         if cost > 0:
             self.tenant_spend[tenant] = self.tenant_spend.get(tenant, 0.0) + cost
 
-    def headroom(self, tenant: str) -> float:
-        """USD/h this tenant may still add (inf without caps)."""
+    def headroom(self, tenant: str, *, for_job: str | None = None) -> float:
+        """USD/h this tenant may still add (inf without caps), after what is
+        held for urgent jobs — with ``for_job``, only the holds of jobs planned
+        before it (its own and later ones do not count against it: otherwise
+        two urgent jobs would each see the other's hold and neither would ever
+        preempt enough)."""
+        before: list[tuple[str, float]] = []
+        for job_id, hold in self.holds.items():
+            if job_id == for_job:
+                break
+            before.append(hold)
+        if for_job is None or for_job not in self.holds:
+            before = list(self.holds.values())
         room = float("inf")
         if self.global_cap is not None:
-            room = self.global_cap - self.spend
+            room = self.global_cap - self.spend - sum(a for _, a in before)
         cap = self.tenant_caps.get(tenant)
         if cap is not None:
-            room = min(room, cap - self.tenant_spend.get(tenant, 0.0))
+            held = sum(a for t, a in before if t == tenant)
+            room = min(room, cap - self.tenant_spend.get(tenant, 0.0) - held)
         return room

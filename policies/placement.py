@@ -155,6 +155,7 @@ class Placer:
     binds: list[Bind] = field(default_factory=list)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     blocked: list[Demand] = field(default_factory=list)
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # job → instances it must not go back to
 
     # ------------------------------------------------------------ results
     def _bound(self, d: Demand, bindings: tuple[Binding, ...], reason: str) -> None:
@@ -212,6 +213,9 @@ class Placer:
                 cap = item[2]
                 if not cap.fits(shape):
                     heapq.heappop(heap)
+                    continue
+                if cap.id in self.avoid.get(d.job.id, ()):
+                    skipped.append(heapq.heappop(heap))  # it failed there in a node-looking way
                     continue
                 cost = tenant_cost(cap, shape, d.tenant)
                 if not self.ledger.can_use(d.tenant, cost):
@@ -335,9 +339,11 @@ class Placer:
         shape, n = d.shape, d.shape.nodes
         best: list[Cap] | None = None
         best_key: tuple[float, str] | None = None
+        avoid = self.avoid.get(d.job.id, frozenset())
         for zone, all_caps in by_zone.items():
             caps = [c for c in all_caps if c.fits(shape)]
             by_zone[zone] = caps
+            caps = [c for c in caps if c.id not in avoid]
             if len(caps) < n:
                 continue
             chosen = sorted(caps, key=lambda c: c.key(shape))[:n]

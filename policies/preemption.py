@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.snapshot import Drain, Preempt
@@ -37,13 +37,27 @@ def lost_work_s(job: Job, now: datetime) -> float:
     return 0.0
 
 
-def is_victim(victim: Job, urgent: Job) -> bool:
+PREEMPTION_WINDOW = timedelta(hours=1)
+
+
+def recent_preemptions(job: Job, now: datetime) -> int:
+    """How often ``job`` was preempted (asked to checkpoint for other work) in the last hour."""
+    since = now - PREEMPTION_WINDOW
+    return sum(1 for h in job.history if h.to_state == JobState.DRAINING.value and h.at >= since
+               and "preempted" in h.reason)  # fmt: skip
+
+
+def is_victim(victim: Job, urgent: Job, *, now: datetime | None = None, per_hour: int | None = None) -> bool:
+    """May ``victim`` be preempted for ``urgent``? Opportunistic, interruptible,
+    running — and, with ``per_hour``, not already preempted that often in the
+    last hour (a job is never made to pay for a preemption storm)."""
     return (
         victim.spec.priority is Priority.OPPORTUNISTIC
         and victim.spec.is_interruptible
         and victim.spec.priority.rank < urgent.spec.priority.rank
         and victim.state is JobState.RUNNING
         and not victim.cancel_requested
+        and (per_hour is None or now is None or recent_preemptions(victim, now) < per_hour)
     )
 
 
@@ -58,7 +72,9 @@ class Plan:
         return (len(self.victims), self.lost_s, self.caps)
 
 
-def _room_after(cap: Cap, demand: Demand, urgent: Job, now: datetime, taken: set[str]) -> Plan | None:
+def _room_after(
+    cap: Cap, demand: Demand, urgent: Job, now: datetime, taken: set[str], per_hour: int | None = None
+) -> Plan | None:
     """Fewest / least-loss victims on ``cap`` after which one node fits."""
     sim = cap.clone()
     for job in list(sim.jobs):
@@ -69,7 +85,7 @@ def _room_after(cap: Cap, demand: Demand, urgent: Job, now: datetime, taken: set
     if sim.fits(demand.shape):
         return Plan((), 0.0, (cap.id,))
     victims = sorted(
-        (j for j in sim.jobs if j.id not in taken and is_victim(j, urgent)),
+        (j for j in sim.jobs if j.id not in taken and is_victim(j, urgent, now=now, per_hour=per_hour)),
         key=lambda j: (lost_work_s(j, now), j.id),
     )
     chosen: list[Job] = []
@@ -84,7 +100,14 @@ def _room_after(cap: Cap, demand: Demand, urgent: Job, now: datetime, taken: set
 
 
 def choose(
-    demand: Demand, *, fleet: Fleet, index: OfferingIndex, now: datetime, taken: set[str], held: set[str]
+    demand: Demand,
+    *,
+    fleet: Fleet,
+    index: OfferingIndex,
+    now: datetime,
+    taken: set[str],
+    held: set[str],
+    per_hour: int | None = None,
 ) -> Plan | None:
     """The cheapest way (fewest victims, least lost work) to fit ``demand``."""
     urgent = demand.job
@@ -96,9 +119,11 @@ def choose(
         for cap in caps:
             if cap.id in held or not cap.jobs:
                 continue
-            if not any(j.state is JobState.DRAINING or is_victim(j, urgent) for j in cap.jobs):
+            if not any(
+                j.state is JobState.DRAINING or is_victim(j, urgent, now=now, per_hour=per_hour) for j in cap.jobs
+            ):
                 continue
-            plan = _room_after(cap, demand, urgent, now, taken)
+            plan = _room_after(cap, demand, urgent, now, taken, per_hour)
             if plan is not None:
                 per_zone.setdefault(cap.zone, []).append(plan)
     best: Plan | None = None
@@ -125,6 +150,7 @@ def preempt(
     now: datetime,
     budget_short: dict[str, float],
     max_jobs: int = 50,
+    per_job_per_hour: int | None = None,
 ) -> tuple[list[Preempt | Drain], dict[str, str]]:
     """Commands that make room for each urgent blocked job, and a note per job.
 
@@ -144,7 +170,7 @@ def preempt(
         handled += 1
         if handled > max_jobs:  # bounded work per step; the next step continues
             break
-        plan = choose(demand, fleet=fleet, index=index, now=now, taken=taken, held=held)
+        plan = choose(demand, fleet=fleet, index=index, now=now, taken=taken, held=held, per_hour=per_job_per_hour)
         if plan is not None:
             held.update(plan.caps)
             if not plan.victims:
@@ -158,16 +184,21 @@ def preempt(
         short = budget_short.get(demand.job.id)
         if short is None or short <= 0:
             continue
-        # free budget: drain instances whose every job is a victim, cheapest loss per dollar first
+        # free budget: drain instances whose every job is a victim, cheapest loss per dollar first;
+        # instances already draining for this job (earlier steps) count as budget on its way
         draining_release = sum(
-            c.offering.price_per_hour for c in fleet.caps.values() if not c.schedulable and c.id in drained
+            c.offering.price_per_hour
+            for c in fleet.caps.values()
+            if not c.schedulable and (c.id in drained or c.reserved_for == demand.job.id)
         )
         need = short - draining_release
         options: list[tuple[int, float, float, Cap]] = []
         for cap in fleet.caps.values():
             if not cap.drainable or not cap.schedulable or cap.id in held or cap.touched or not cap.jobs:
                 continue  # (touched: this plan just bound or reserved something there)
-            if all(is_victim(j, demand.job) and j.id not in taken for j in cap.jobs):
+            if all(
+                is_victim(j, demand.job, now=now, per_hour=per_job_per_hour) and j.id not in taken for j in cap.jobs
+            ):
                 lost = sum(lost_work_s(j, now) for j in cap.jobs)
                 options.append((len(cap.jobs), lost, -cap.offering.price_per_hour, cap))
         options.sort(key=lambda t: (t[0], t[1], t[2], t[3].id))
@@ -184,6 +215,6 @@ def preempt(
             held.add(cap.id)
             drained.add(cap.id)
             taken.update(j.id for j in cap.jobs)
-            commands.append(Drain(cap.id, f"preempted to free budget for {demand.job.id}"))
+            commands.append(Drain(cap.id, f"preempted to free budget for {demand.job.id}", for_job=demand.job.id))
         notes[demand.job.id] = f"draining {len(picked)} instance(s) to free ${freed:.2f}/h of budget"
     return commands, notes

@@ -11,7 +11,14 @@ Like Karpenter's disruption controller (``NewMethods``), the default order is
    ``Balanced`` idea): savings = its price; disruption cost = for each job,
    (work since its last checkpoint + restart delay) × its share of the
    instance's price. Non-interruptible jobs are never moved, and at most a
-   disruption budget of instances may be draining at once.
+   disruption budget of instances may be draining at once;
+3. ``Replacement`` (rightsizing, Karpenter's "replace") — an under-used
+   RUNNING instance with one interruptible single-node job is drained when a
+   *cheaper new* offering fits that job (the best of the job's own ranking,
+   same market rules) and ``savings_per_hour / disruption_cost ≥ threshold``
+   (disruption = lost work + restart at the old price, plus a restart at the
+   new one); the requeued job is then placed on the cheapest fit. Example:
+   a 1-GPU job alone on a 4×A10G $2.08/h box moves to a $0.43/h 1-GPU box.
 
 The list is injectable (``SpotfleetPolicy(methods=...)``); a method is any
 callable taking a ``ScaleDownContext`` and returning commands.
@@ -34,7 +41,7 @@ from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, share_of
 from spotfleet.policies.placement import Fleet
 from spotfleet.policies.preemption import lost_work_s
-from spotfleet.policies.selection import OfferingIndex
+from spotfleet.policies.selection import OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
 
 
@@ -83,19 +90,7 @@ def consolidation(ctx: ScaleDownContext) -> list[Command]:
     allowed = max(knobs.disruption_budget_min, int(knobs.disruption_budget_fraction * len(live))) - draining
     if allowed <= 0:
         return []
-    cands: list[Cap] = []
-    for cap in fleet.caps.values():
-        inst = ctx.snapshot.instances.get(cap.id)
-        if inst is None or inst.state is not InstanceState.RUNNING or not cap.schedulable or cap.touched:
-            continue
-        if not cap.jobs or not cap.offering.gpu_count:
-            continue
-        if any(not j.spec.is_interruptible or j.state not in (JobState.RUNNING, JobState.BOUND) for j in cap.jobs):
-            continue
-        if cap.used_gpus / cap.offering.gpu_count > knobs.consolidation_max_utilization:
-            continue
-        cands.append(cap)
-    cands.sort(key=lambda c: (-c.offering.price_per_hour, c.used_gpus, c.id))
+    cands = _drainable_candidates(ctx)
     out: list[Command] = []
     leaving: set[str] = set()
     shadow: dict[str, Cap] = {}  # copy-on-write targets
@@ -150,7 +145,63 @@ def consolidation(ctx: ScaleDownContext) -> list[Command]:
     return out
 
 
-DEFAULT_METHODS: tuple[Method, ...] = (emptiness, consolidation)
+def _drainable_candidates(ctx: ScaleDownContext) -> list[Cap]:
+    out: list[Cap] = []
+    for cap in ctx.fleet.caps.values():
+        inst = ctx.snapshot.instances.get(cap.id)
+        if inst is None or inst.state is not InstanceState.RUNNING or not cap.schedulable or cap.touched:
+            continue
+        if not cap.jobs or not cap.offering.gpu_count:
+            continue
+        if any(not j.spec.is_interruptible or j.state not in (JobState.RUNNING, JobState.BOUND) for j in cap.jobs):
+            continue
+        if cap.used_gpus / cap.offering.gpu_count > ctx.knobs.consolidation_max_utilization:
+            continue
+        out.append(cap)
+    out.sort(key=lambda c: (-c.offering.price_per_hour, c.used_gpus, c.id))
+    return out
+
+
+def replacement(ctx: ScaleDownContext) -> list[Command]:
+    """Rightsizing: drain an under-used instance whose one job fits a cheaper new offering."""
+    knobs, now = ctx.knobs, ctx.now
+    live = [i for i in ctx.snapshot.instances.values() if i.live]
+    draining = sum(1 for i in live if i.state is InstanceState.DRAINING)
+    allowed = max(knobs.disruption_budget_min, int(knobs.disruption_budget_fraction * len(live))) - draining
+    out: list[Command] = []
+    for cap in _drainable_candidates(ctx)[: knobs.consolidation_max_candidates]:
+        if len(out) >= allowed:
+            break
+        if len(cap.jobs) != 1:
+            continue
+        (job,) = cap.jobs
+        shape = shape_of(job.spec, ctx.forecast)
+        if shape.nodes > 1:
+            continue
+        markets = _markets_for_move(job.spec.priority, job.spec.deadline is not None, cap.offering.market)
+        ranked = ctx.index.ranked(shape, markets, economics_of(job, ctx.forecast, knobs), group=1)
+        if not len(ranked):
+            continue
+        best = ranked[0].offering
+        price = cap.offering.price_per_hour
+        if best.price_per_hour >= price or best.key == cap.offering.key:
+            continue
+        savings = price - best.price_per_hour
+        lost_h = lost_work_s(job, now) / 3600.0 + knobs.restart_delay_h
+        cost = lost_h * price + knobs.restart_delay_h * best.price_per_hour
+        if cost > 0 and savings / cost < knobs.consolidation_threshold_per_h:
+            continue
+        out.append(
+            Drain(
+                cap.id,
+                f"replace: {best.instance_type} ${best.price_per_hour:.2f}/h fits {job.id} "
+                f"(saves ${savings:.2f}/h for ${cost:.2f} of disruption)",
+            )
+        )
+    return out
+
+
+DEFAULT_METHODS: tuple[Method, ...] = (emptiness, consolidation, replacement)
 
 
 def scale_down(ctx: ScaleDownContext, methods: Sequence[Method] = DEFAULT_METHODS) -> tuple[str, list[Command]]:

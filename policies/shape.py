@@ -11,22 +11,18 @@ import enum
 from dataclasses import dataclass, replace
 
 from spotfleet.model.offering import NodeRequirements, Offering
+from spotfleet.model.partition import MIG_SLICES_PER_GPU, layout_text, mig_memory_gib
 from spotfleet.model.spec import MIG_PROFILES, JobSpec
 from spotfleet.policies import throughput
 from spotfleet.policies.forecast import Forecast
 
-MIG_SLICES_PER_GPU = 7
+__all__ = ["MIG_SLICES_PER_GPU", "Shape", "ShareKind", "mig_memory_gib", "shape_of"]
 
 
 class ShareKind(enum.StrEnum):
     WHOLE = "whole"  # whole GPUs (or none: CPU-only)
     MIG = "mig"  # a MIG profile on one MIG-capable GPU
     FRACTION = "fraction"  # a time-sliced share of one GPU
-
-
-def mig_memory_gib(profile: str) -> float:
-    """Memory of a MIG profile from its name: ``3g.40gb`` → 40."""
-    return float(profile.split(".", 1)[1].removesuffix("gb"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +35,7 @@ class Shape:
     slices: int = 0  # MIG compute slices
     mig_memory_gib: float = 0.0
     fraction: float = 0.0
+    mig_profile: str = ""  # the MIG profile's name (layouts are matched by it)
 
     @property
     def gpus(self) -> int:
@@ -73,12 +70,22 @@ class Shape:
                 return f"GPU {offering.gpu} does not support MIG (needs A100/H100/H200)"
             if offering.gpu_memory_gib < self.mig_memory_gib:
                 return f"{offering.gpu_memory_gib:g} GiB GPU < MIG profile's {self.mig_memory_gib:g} GiB"
+            if offering.mig_layout and self.mig_profile not in offering.mig_layout:
+                return f"MIG layout {layout_text(offering.mig_layout)} has no {self.mig_profile} device"
+            unfit = offering.mig_unfit_reason(self.mig_profile)
+            if unfit is not None:
+                return f"MIG unfit: {unfit}"
         if self.kind is not ShareKind.WHOLE and offering.gpu_count < 1:
             return "no GPU"
+        if self.kind is not ShareKind.MIG and offering.mig_layout and self.req.gpus > 0:
+            return f"GPUs cut into MIG devices ({layout_text(offering.mig_layout)}): no whole GPU or fraction"
         return None
 
-    def per_gpu(self, gpu_memory_gib: float) -> int:
-        """How many nodes of this shape share one GPU (MIG/fraction)."""
+    def per_gpu(self, gpu_memory_gib: float, layout: tuple[str, ...] = ()) -> int:
+        """How many nodes of this shape share one GPU (MIG/fraction); a declared
+        MIG layout holds as many as it has devices of the profile."""
+        if self.kind is ShareKind.MIG and layout:
+            return layout.count(self.mig_profile)
         if self.kind is ShareKind.MIG:
             by_slices = MIG_SLICES_PER_GPU // max(self.slices, 1)
             by_memory = int(gpu_memory_gib // self.mig_memory_gib) if self.mig_memory_gib else by_slices
@@ -90,7 +97,7 @@ class Shape:
     def per_instance(self, offering: Offering) -> int:
         """Nodes of this shape one empty instance of ``offering`` holds."""
         if self.kind is not ShareKind.WHOLE:
-            by_gpu = offering.gpu_count * self.per_gpu(offering.gpu_memory_gib)
+            by_gpu = offering.gpu_count * self.per_gpu(offering.gpu_memory_gib, offering.mig_layout)
         elif self.req.gpus:
             by_gpu = offering.gpu_count // self.req.gpus
         else:
@@ -116,7 +123,8 @@ def shape_of(spec: JobSpec, forecast: Forecast) -> Shape:
         # the profile occupies part of one GPU: the node asks for "1 GPU" only in
         # the sense of needing a GPU; memory comes from the profile.
         req = replace(req, gpus=1, gpu_memory_gib=0.0)
-        return Shape(req, r.nodes, ShareKind.MIG, slices=MIG_PROFILES[r.mig], mig_memory_gib=mig_memory_gib(r.mig))
+        return Shape(req, r.nodes, ShareKind.MIG, slices=MIG_PROFILES[r.mig], mig_memory_gib=mig_memory_gib(r.mig),
+                     mig_profile=r.mig)  # fmt: skip
     if r.gpu_fraction:
         req = replace(req, gpus=1)
         return Shape(req, r.nodes, ShareKind.FRACTION, fraction=r.gpu_fraction)

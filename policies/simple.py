@@ -105,6 +105,8 @@ class SimplePolicy:
         for inst in [*snapshot.instances.values(), *new]:
             if not inst.schedulable or inst.market not in markets or not inst.offering.fits(req):
                 continue
+            if inst.id in snapshot.avoid.get(job.id, ()):
+                continue  # its last attempt there failed in a node-looking way
             if inst.reserved_for not in (None, job.id) and _still_needs(snapshot, inst.reserved_for):
                 continue  # bought for a job being drained elsewhere
             free = usage.free_gpus(inst)

@@ -13,8 +13,12 @@ One ``decide(snapshot)`` call, in order:
 4. planned moves of running deadline jobs: off spot when their slack covers
    a restart but no longer a reclaim (``market.should_leave_spot``), back to
    spot from on-demand when spot is available and the slack covers the move
-   plus a reclaim (``market.should_return_to_spot``); then preemption for
-   urgent jobs that could be neither placed nor bought;
+   plus a reclaim (``market.should_return_to_spot``), and *migrations*: a
+   job on spot moves to another pool's spot when the expected saving over its
+   remaining work (bounded by that pool's expected lifetime) beats twice the
+   move's cost (``migration_gain``; at most ``Knobs.max_migrations_per_plan``
+   per plan); then preemption for urgent jobs that could be neither placed
+   nor bought;
 5. scale-down methods (emptiness → consolidation) on what is left.
 
 Commands come out in the order the executor should apply them: launches,
@@ -32,19 +36,27 @@ from typing import Any
 
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
-from spotfleet.model.offering import Market
+from spotfleet.model.offering import Market, Offering
 from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
 from spotfleet.policies.market import (
+    ON_DEMAND_ONLY,
     SPOT_ONLY,
     BudgetLedger,
     MarketDecision,
+    SpotOffer,
+    deadline_thresholds,
     decide_market,
+    has_progress,
+    outlives_restart,
+    progress_hours,
     should_leave_spot,
     should_return_to_spot,
+    spot_cost_per_work,
+    spot_worth,
 )
 from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_generator
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
@@ -88,7 +100,7 @@ class SpotfleetPolicy:
         return self.plan(snapshot).commands
 
     def _deadline_moves(
-        self, snapshot: Snapshot, forecast: Forecast, index: OfferingIndex, result: PlanResult
+        self, snapshot: Snapshot, forecast: Forecast, index: OfferingIndex, fleet: Fleet, result: PlanResult
     ) -> list[Command]:
         """Planned market moves of RUNNING deadline jobs (``market.should_leave_spot``
         and ``market.should_return_to_spot``): off spot when the slack no longer
@@ -97,6 +109,7 @@ class SpotfleetPolicy:
         (``_move``); no replacement is reserved, so the requeued job is placed
         by the market rule that asked for the move."""
         out: list[Command] = []
+        migrations = 0
         for job in snapshot.jobs.values():
             if job.state is not JobState.RUNNING or job.spec.deadline is None or job.cancel_requested:
                 continue
@@ -107,12 +120,102 @@ class SpotfleetPolicy:
             why: str | None = None
             if market is Market.SPOT:
                 why = should_leave_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+                if why is None and migrations < self.knobs.max_migrations_per_plan:
+                    why = self._migration(job, snapshot, forecast, index, fleet, hours)
+                    migrations += why is not None
             elif market is Market.ON_DEMAND and index.classes(shape_of(job.spec, forecast), SPOT_ONLY):
-                why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+                econ = economics_of(job, forecast, self.knobs)
+                if self._spot_worth(index, shape_of(job.spec, forecast), econ, {}) is None:
+                    why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
             if why is not None:
-                out.extend(_move(job, snapshot, why))
+                out.extend(_move(job, snapshot, fleet, why))
                 result.notes[job.id] = why
         return out
+
+    def _spot_worth(
+        self, index: OfferingIndex, shape: Shape, econ: Economics, cache: dict[tuple[Any, ...], str | None]
+    ) -> str | None:
+        """Why spot is not worth taking for a deadline job of this shape now, or
+        None (``market.spot_worth``): the spot offering class with the least
+        expected cost per unit of table work (its cheapest usable member, the
+        class's hazard — learned from ``snapshot.exposure``) against the best
+        on-demand class. Reads the cached offering classes only (no ranking):
+        ``plan_scale`` stays flat."""
+        lost = 0.0 if self.knobs.trust_notice_checkpoint else econ.lost_work_h
+        key = (shape, lost)
+        if key in cache:
+            return cache[key]
+        d = self.knobs.restart_delay_h
+        offer: SpotOffer | None = None
+        best = float("inf")
+        for c in index.classes(shape, SPOT_ONLY):
+            base = c.members[0].price_per_hour / (c.per * c.speed) if c.per and c.speed else float("inf")
+            candidate = SpotOffer(base, c.hazard * shape.nodes)
+            cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
+            if cost < best:
+                best, offer = cost, candidate
+        if offer is not None:
+            od = min(
+                (c.members[0].price_per_hour / (c.per * c.speed) for c in index.classes(shape, ON_DEMAND_ONLY)
+                 if c.per and c.speed),
+                default=None,
+            )  # fmt: skip
+            offer = SpotOffer(offer.spot_price, offer.hazard_per_h, od)
+        why = cache[key] = spot_worth(offer, restart_h=d, lost_h=lost)
+        return why
+
+    def _migration(
+        self,
+        job: Job,
+        snapshot: Snapshot,
+        forecast: Forecast,
+        index: OfferingIndex,
+        fleet: Fleet,
+        hours: float | None,
+    ) -> str | None:
+        """Why a RUNNING deadline job on spot should move to a cheaper spot pool now, or None.
+
+        Only a job alone on its instances (a shared box is rightsizing's
+        business) whose slack still covers the move and a reclaim after it."""
+        if hours is None or not has_progress(job) or not job.bindings:
+            return None
+        caps = [fleet.caps.get(b.instance_id) for b in job.bindings]
+        if any(c is None or not c.drainable or any(j.id != job.id for j in c.jobs) for c in caps):
+            return None
+        inst = snapshot.instances.get(job.bindings[0].instance_id)
+        if inst is None or inst.state is not InstanceState.RUNNING:
+            return None
+        t = deadline_thresholds(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+        if t.slack - t.restart < t.start:
+            return None  # the move would leave too little slack to survive a reclaim after it
+        shape = shape_of(job.spec, forecast)
+        econ = economics_of(job, forecast, self.knobs)
+        ranked = index.ranked(shape, SPOT_ONLY, econ, group=1)
+        if not len(ranked):
+            return None
+        best = ranked[0]
+        if best.offering.key == inst.offering.key:
+            return None
+        current = _offering_now(snapshot, inst.offering.key)
+        if current is None:
+            return None  # the pool is gone from the offerings: the reclaim path handles it
+        remaining = max(0.0, hours - progress_hours(job, hours))
+        gain = migration_gain(
+            current_price=current.price_per_hour * shape.nodes,
+            current_hazard=index.hazard_of(current),
+            new_price=best.offering.price_per_hour * shape.nodes,
+            new_hazard=best.hazard,
+            remaining_h=remaining,
+            restart_h=t.restart,
+        )
+        if gain is None:
+            return None
+        saving, cost = gain
+        return (
+            f"migrate: {best.offering.zone} spot ${best.offering.price_per_hour:.2f}/h vs "
+            f"{inst.offering.zone} ${current.price_per_hour:.2f}/h saves ${saving:.2f} over the remaining "
+            f"{remaining:.1f} h (move costs ${cost:.2f})"
+        )
 
     # ------------------------------------------------------------------
     def plan(self, snapshot: Snapshot) -> PlanResult:
@@ -130,6 +233,7 @@ class SpotfleetPolicy:
         econs: dict[tuple[Any, ...], Economics] = {}
         groups: dict[tuple[Any, ...], list[Demand]] = {}
         spot_hazard: float | None = None  # the least interruption rate of any spot pool (deadline jobs)
+        worth: dict[tuple[Any, ...], str | None] = {}
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
             # policy asked for (a planned move, a preemption) requeues the job, which is then
@@ -149,8 +253,13 @@ class SpotfleetPolicy:
             if econ is None:
                 econ = econs[ekey] = economics_of(job, forecast, knobs)
             spot_now: bool | None = None
+            refused: str | None = None
             if spec.deadline is not None:
-                spot_now = bool(index.classes(shape, SPOT_ONLY))
+                classes = index.classes(shape, SPOT_ONLY)
+                if classes:
+                    refused = self._spot_worth(index, shape, econ, worth)
+                # spot counts as usable only where a pool outlives a restart (``outlives_restart``)
+                spot_now = any(outlives_restart(c.hazard, knobs.restart_delay_h) for c in classes)
                 if spot_hazard is None:
                     spot_hazard = min((forecast.hazard(o) for o in snapshot.offerings if o.market is Market.SPOT),
                                       default=0.0)  # fmt: skip
@@ -162,6 +271,7 @@ class SpotfleetPolicy:
                 last_market=_last_market(job, snapshot),
                 spot_available=spot_now,
                 spot_hazard_per_h=spot_hazard or 0.0,
+                spot_refused=refused,
             )
             result.markets[job.id] = decision
             d = Demand(
@@ -181,13 +291,15 @@ class SpotfleetPolicy:
             ordered.append(((key[0], key[1], members[0].job.created_at, members[0].job.id), members))
         ordered.sort(key=lambda t: t[0])
 
-        placer = Placer(fleet, index, ledger, knobs, id_generator(snapshot.new_id, snapshot.instances))
+        placer = Placer(fleet, index, ledger, knobs, id_generator(snapshot.new_id, snapshot.instances),
+                        avoid=snapshot.avoid)  # fmt: skip
         for _, members in ordered:
             placer.place_group(members)
+            _hold_budget(members, placer, index, ledger, snapshot)
         result.outcomes = placer.outcomes
 
         commands: list[Command] = [*placer.launches, *placer.binds]
-        commands.extend(self._deadline_moves(snapshot, forecast, index, result))
+        commands.extend(self._deadline_moves(snapshot, forecast, index, fleet, result))
         if knobs.preemption_enabled and placer.blocked:
             short: dict[str, float] = {}
             for d in placer.blocked:
@@ -195,7 +307,7 @@ class SpotfleetPolicy:
                     ranked = index.ranked(d.shape, d.markets, d.econ, group=1)
                     if ranked:
                         cheapest = min(ranked.price(j) for j in range(len(ranked))) * d.shape.nodes
-                        short[d.job.id] = cheapest - ledger.headroom(d.tenant)
+                        short[d.job.id] = cheapest - ledger.headroom(d.tenant, for_job=d.job.id)
             pre, notes = preemption.preempt(
                 placer.blocked,
                 fleet=fleet,
@@ -203,6 +315,7 @@ class SpotfleetPolicy:
                 now=now,
                 budget_short=short,
                 max_jobs=knobs.preemption_max_jobs,
+                per_job_per_hour=knobs.preemptions_per_job_per_hour,
             )
             commands.extend(pre)
             result.notes.update(notes)
@@ -213,7 +326,72 @@ class SpotfleetPolicy:
         return result
 
 
-def _move(job: Job, snapshot: Snapshot, why: str) -> list[Command]:
+def migration_gain(
+    *,
+    current_price: float,
+    current_hazard: float,
+    new_price: float,
+    new_hazard: float,
+    remaining_h: float,
+    restart_h: float,
+    hysteresis: float = 2.0,
+) -> tuple[float, float] | None:
+    """(expected saving, move cost) when moving pays, else None.
+
+    Effective price per useful hour is ``price · (1 + hazard · restart)``
+    (each expected reclaim wastes a paid restart). The saving is the price
+    gap over the remaining work, bounded by the new pool's expected lifetime
+    ``1/hazard`` (after a reclaim the job is placed afresh anyway). The move
+    costs a restart paid at the new price (the old instance is given back
+    once the job has checkpointed); the saving must beat it
+    ``hysteresis`` times over, so a small or short-lived gap never makes a job
+    bounce between pools. A pool whose expected lifetime is shorter than a
+    restart is never worth moving to."""
+    eff_cur = current_price * (1.0 + current_hazard * restart_h)
+    eff_new = new_price * (1.0 + new_hazard * restart_h)
+    if eff_new >= eff_cur:
+        return None
+    if not outlives_restart(new_hazard, restart_h):
+        return None
+    lifetime = 1.0 / new_hazard if new_hazard > 0 else remaining_h
+    horizon = min(remaining_h, lifetime)
+    saving = (eff_cur - eff_new) * horizon
+    cost = restart_h * new_price
+    return (saving, cost) if saving > hysteresis * cost else None
+
+
+def _hold_budget(
+    members: list[Demand], placer: Placer, index: OfferingIndex, ledger: BudgetLedger, snapshot: Snapshot
+) -> None:
+    """Hold budget for each urgent job of ``members`` that the budget blocked.
+
+    The hold is its cheapest launch less what instances already draining for
+    it will free (``Instance.reserved_for``): later (lower) tiers may only buy
+    what leaves room for it once those are gone, so the victims of a budget
+    preemption cannot re-buy what they were evicted from. Only a job whose
+    launch fits under its caps at all holds anything; otherwise nothing it
+    could ever use would be kept from others.
+    """
+    for d in members:
+        outcome = placer.outcomes.get(d.job.id)
+        if not d.urgent or d.virtual or outcome is None or outcome.code != "budget":
+            continue
+        ranked = index.ranked(d.shape, d.markets, d.econ, group=1)
+        if not ranked:
+            continue
+        price = min(ranked.price(j) for j in range(len(ranked))) * d.shape.nodes
+        caps = [c for c in (ledger.global_cap, ledger.tenant_caps.get(d.tenant)) if c is not None]
+        if any(price > c + ledger.eps for c in caps):
+            continue
+        freed = sum(
+            i.offering.price_per_hour
+            for i in snapshot.instances.values()
+            if i.reserved_for == d.job.id and i.state in (InstanceState.DRAINING, InstanceState.TERMINATING)
+        )
+        ledger.reserve(d.tenant, price - freed, job_id=d.job.id)
+
+
+def _move(job: Job, snapshot: Snapshot, fleet: Fleet, why: str) -> list[Command]:
     """A planned move: checkpoint, requeue, restart where the market rule says.
 
     When the job is alone on its instances they are drained (and given back
@@ -222,15 +400,25 @@ def _move(job: Job, snapshot: Snapshot, why: str) -> list[Command]:
     reserved for it."""
     ids = sorted({b.instance_id for b in job.bindings})
     insts = [snapshot.instances.get(i) for i in ids]
+    caps = {i: fleet.caps.get(i) for i in ids}  # the instance → jobs index (no scan of every job)
     alone = all(
         inst is not None
         and inst.state in (InstanceState.PROVISIONING, InstanceState.RUNNING)
-        and all(j.id == job.id for j in snapshot.jobs_on(inst.id) if j.state in ACTIVE_JOB_STATES)
+        and (cap := caps[inst.id]) is not None
+        and all(j.id == job.id for j in cap.jobs if j.state in ACTIVE_JOB_STATES)
         for inst in insts
     )
     if ids and alone:
         return [Drain(i, why) for i in ids]
     return [Preempt(job.id, why)]
+
+
+def _offering_now(snapshot: Snapshot, key: str) -> Offering | None:
+    """The pool's offering in this snapshot (today's price), whatever the instance was bought at."""
+    for o in snapshot.offerings:
+        if o.key == key:
+            return o
+    return None
 
 
 def _threatened(job: Job, snapshot: Snapshot) -> bool:

@@ -33,7 +33,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from spotfleet.bootstrap import render_bootstrap
 from spotfleet.clock import Clock
 from spotfleet.errors import (
     InstanceNotFound,
@@ -67,6 +66,7 @@ from spotfleet.providers.base import (
     LaunchRequest,
     ProviderInstance,
 )
+from spotfleet.providers.bootstrap import render_bootstrap
 
 __all__ = ["REQUIRED_IAM_ACTIONS", "AwsProvider", "AwsProviderConfig", "build_aws_provider"]
 

@@ -26,11 +26,17 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ConnectionError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
     ReadTimeoutError,
 )
 from botocore.parsers import ResponseParserError  # type: ignore[import-untyped]
 
-from spotfleet.errors import PermanentError, ProviderError, QuotaExceeded, Throttled
+from spotfleet.errors import MissingCredentials, PermanentError, ProviderError, QuotaExceeded, Throttled
+
+# Codes AWS answers when credentials are refused (not merely lacking a permission).
+CREDENTIAL_CODES = frozenset({"AuthFailure", "InvalidClientTokenId", "UnrecognizedClientException",
+                              "SignatureDoesNotMatch", "ExpiredToken", "RequestExpired"})  # fmt: skip
 
 __all__ = ["AWS_ERRORS", "BotoCoreError", "ClientError", "ErrorClass", "classify", "translate"]
 
@@ -122,11 +128,18 @@ def translate(err: BaseException, *, operation: str) -> ProviderError:
         message = " ".join(error_message(err).split())[:500]  # one line, even from an HTML error page
         text = f"{operation}: {code}: {message}"
         kind = classify(code)
+        if code in CREDENTIAL_CODES:
+            return MissingCredentials(f"{operation}: AWS refused the credentials ({code}): {message}")
         if kind is ErrorClass.QUOTA:
             return QuotaExceeded(text)
         if kind in (ErrorClass.THROTTLED, ErrorClass.CAPACITY):
             return Throttled(THROTTLE_BACKOFF_S, text)
         return PermanentError(text)
+    if isinstance(err, NoCredentialsError | PartialCredentialsError):
+        return MissingCredentials(
+            f"{operation}: no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            "or run on an instance with a role (docs/aws.md)"
+        )
     if isinstance(err, EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError | ConnectionError):
         return Throttled(THROTTLE_BACKOFF_S, f"{operation}: endpoint unreachable: {err}")
     if isinstance(err, BotoCoreError | ResponseParserError):

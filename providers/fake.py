@@ -83,10 +83,12 @@ class FakeProvider:
         made = []
         for _ in range(request.count):
             o = request.offering
-            pid = f"fake-{next(self._ids):04d}"
+            n = next(self._ids)
+            pid = f"fake-{n:04d}"
             inst = ProviderInstance(
                 provider=self.name, provider_id=pid, instance_type=o.instance_type, region=o.region, zone=o.zone,
                 market=o.market, state=CloudState.RUNNING, tags=dict(request.tags), launched_at=self.clock.now(),
+                address=f"10.0.{n // 256}.{n % 256}",  # a private address, as the clouds report one
             )  # fmt: skip
             self.instances[pid] = inst
             made.append(inst)

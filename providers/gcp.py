@@ -44,15 +44,15 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
 
-from spotfleet.bootstrap import render_bootstrap
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import Clock
-from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
+from spotfleet.errors import InstanceNotFound, InsufficientCapacity, MissingCredentials, NotOwned, PermanentError
 from spotfleet.model.events import InstanceEvent
 from spotfleet.model.offering import Offering, Offerings
 from spotfleet.providers import gcp_labels as labels_
 from spotfleet.providers import gcp_pricing
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
+from spotfleet.providers.bootstrap import render_bootstrap
 from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
 from spotfleet.providers.gcp_events import PREEMPTED_FILTER, EventTracker
@@ -95,7 +95,7 @@ class GcpClients:
                 accelerator_types=compute_v1.AcceleratorTypesClient(**kwargs),
             )
         except google.auth.exceptions.DefaultCredentialsError as exc:
-            raise PermanentError(
+            raise MissingCredentials(
                 "no Google credentials: run on a VM with a service account, set "
                 "GOOGLE_APPLICATION_CREDENTIALS, or `gcloud auth application-default login`"
             ) from exc

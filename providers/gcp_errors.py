@@ -35,6 +35,7 @@ from spotfleet.errors import (
     PermanentError,
     ProviderError,
     QuotaExceeded,
+    QuotaScope,
     Throttled,
 )
 from spotfleet.model.offering import Offering
@@ -64,7 +65,8 @@ def _classify(
             return PermanentError(f"unexpected stockout outside a launch: {message}")
         return InsufficientCapacity([offering], f"{offering.key}: {message}")
     if any(r in _QUOTA for r in normalized):
-        return QuotaExceeded(message)
+        scope = QuotaScope.GLOBAL if "ALL_REGIONS" in message.upper() else QuotaScope.REGION
+        return QuotaExceeded(message, scope=scope, region=offering.region if offering else None)
     if status == 429 or any(r in _RATE for r in normalized):
         return Throttled(retry_after, f"rate limited by Compute Engine: {message}")
     if status == 404 or any(r in _NOT_FOUND for r in normalized):

@@ -26,10 +26,13 @@ from typing import Any
 
 import psutil
 import yaml
+from pydantic import BaseModel, ConfigDict, Field
 
 from spotfleet.catalog import load_catalog
 from spotfleet.clock import Clock, SystemClock
-from spotfleet.errors import InstanceNotFound, NotOwned, QuotaExceeded
+from spotfleet.errors import InstanceNotFound, NotOwned, QuotaExceeded, QuotaScope
+from spotfleet.files import private_dir, write_private
+from spotfleet.model.durations import Duration
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.offering import Market, Offerings
 from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
@@ -50,6 +53,15 @@ _ANNOUNCE = {
     NoticeKind.REBALANCE: "rebalance",
     NoticeKind.MAINTENANCE: "maintenance",
 }
+
+
+class LocalProviderConfig(BaseModel):
+    """The local provider: "instances" are processes on this machine running the real agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_instances: int = Field(16, ge=1, description="at most this many local instances at once")
+    heartbeat: Duration = Field(timedelta(seconds=1), description="how often local agents report")
 
 
 def metadata_flavor(instance_type: str) -> str:
@@ -98,7 +110,7 @@ class LocalProvider:
             return existing
         running = [i for i in self._all() if i.state is not CloudState.TERMINATED]
         if len(running) + request.count > self.max_instances:
-            raise QuotaExceeded(f"local provider runs at most {self.max_instances} instances")
+            raise QuotaExceeded(f"local provider runs at most {self.max_instances} instances", scope=QuotaScope.GLOBAL)
         return [self._start(request) for _ in range(request.count)]
 
     def terminate(self, provider_ids: Sequence[str], *, request_id: str) -> None:
@@ -170,6 +182,7 @@ class LocalProvider:
         o = request.offering
         pid = f"local-{uuid.uuid4().hex[:10]}"
         root = self.state_dir / pid
+        private_dir(root)
         (root / "work").mkdir(parents=True)
         now = self.clock.now()
         spec: dict[str, Any] = {
@@ -183,9 +196,7 @@ class LocalProvider:
             "cluster": request.bootstrap.cluster, "work_dir": str(root / "work"), "provider_id": pid,
             "gpus": o.gpu_count, "heartbeat_seconds": self.heartbeat_seconds,
         }  # fmt: skip
-        cfg_path = root / "agent.yaml"
-        cfg_path.touch(mode=0o600)
-        cfg_path.write_text(yaml.safe_dump(agent_cfg))
+        write_private(root / "agent.yaml", yaml.safe_dump(agent_cfg))  # it holds the agent's token
         subprocess.Popen(
             [sys.executable, "-m", "spotfleet.providers.local_host", str(root)],
             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -29,6 +29,7 @@ from types import FrameType
 import psutil
 import yaml
 
+from spotfleet.files import write_private
 from spotfleet.metadata import server_for
 
 
@@ -62,7 +63,7 @@ def main(directory: str) -> int:
     metadata = server_for(spec["metadata"], instance_id=spec["provider_id"], zone=spec["zone"]).start()
     agent_cfg = yaml.safe_load((root / "agent.yaml").read_text())
     agent_cfg.update({"metadata": spec["metadata"], "metadata_url": metadata.url})
-    (root / "agent.yaml").write_text(yaml.safe_dump(agent_cfg))
+    write_private(root / "agent.yaml", yaml.safe_dump(agent_cfg))
     (root / "host.json").write_text(
         json.dumps({"pid": os.getpid(), "sid": sid, "started_at": _now(), "metadata_url": metadata.url})
     )

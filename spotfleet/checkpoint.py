@@ -47,7 +47,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 CHECKPOINTED_EXIT_CODE = 85
-"""Exit status meaning "I saved a checkpoint; resume me from it" (not a failure)."""
+"""Exit status meaning "I saved a checkpoint; resume me from it" (not a failure).
+The protocol's constant is ``spotfleet.wire.CHECKPOINTED_EXIT_CODE``; it is
+repeated here so a job importing this helper does not import pydantic
+(``tests/test_layers.py`` checks they agree)."""
 
 ENV_JOB_ID = "SPOTFLEET_JOB_ID"
 ENV_CHECKPOINT_DIR = "SPOTFLEET_CHECKPOINT_DIR"

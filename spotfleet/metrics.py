@@ -16,6 +16,7 @@ Metrics: ``spotfleet_instances{provider,market,instance_type,state}``,
 ``spotfleet_drains_total``, ``spotfleet_gpu_idle_alerts_total``,
 ``spotfleet_gpu_utilization_pct{instance_id,gpu}``,
 ``spotfleet_gpu_memory_used_mib{instance_id,gpu}``,
+``spotfleet_job_gpu_share{job_id,attempt,node_rank,kind=given|used}`` (interference),
 ``spotfleet_reconcile_step_seconds`` (histogram).
 """
 
@@ -31,12 +32,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 
 from spotfleet.clock import Clock
-from spotfleet.model.instance import TERMINAL_INSTANCE_STATES
 from spotfleet.spend import summarize
-from spotfleet.store.schema import AgentPresenceRow, EventRow, InstanceRow, JobRow, NoticeRow
 from spotfleet.store.store import Store
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -50,21 +48,9 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         now: datetime = self.clock.now()
-        live_states = [s.value for s in TERMINAL_INSTANCE_STATES]
-        with self.store.session() as s:
-            inst = s.execute(
-                select(InstanceRow.provider, InstanceRow.market, InstanceRow.instance_type, InstanceRow.state,
-                       InstanceRow.price_per_hour, InstanceRow.launched_at)
-                .where(InstanceRow.state.not_in(live_states))
-            ).all()  # fmt: skip
-            jobs = s.execute(
-                select(JobRow.state, JobRow.priority, func.count()).group_by(JobRow.state, JobRow.priority)
-            ).all()
-            interruptions = s.scalar(select(func.coalesce(func.sum(JobRow.interruptions), 0))) or 0
-            notices = s.execute(select(NoticeRow.kind, func.count()).group_by(NoticeRow.kind)).all()
-            events = dict(s.execute(select(EventRow.kind, func.count()).where(
-                EventRow.kind.in_(["job.draining", "instance.gpus_idle"])).group_by(EventRow.kind)).all())  # fmt: skip
-            presence = s.execute(select(AgentPresenceRow.instance_id, AgentPresenceRow.info)).all()
+        counts = self.store.fleet_counts()
+        inst, jobs, interruptions = counts.instances, counts.jobs, counts.interruptions
+        notices, events, presence = sorted(counts.notices.items()), counts.events, counts.presence
         g = GaugeMetricFamily(
             "spotfleet_instances", "Live instances", labels=["provider", "market", "instance_type", "state"]
         )
@@ -75,8 +61,8 @@ class FleetCollector(Collector):
                                  labels=["provider", "market"])  # fmt: skip
         rates: dict[tuple[str, str], float] = {}
         for r in inst:
-            if r[5] is not None:
-                rates[(r[0], r[1])] = rates.get((r[0], r[1]), 0.0) + float(r[4])
+            if r[5]:  # launched: being paid for
+                rates[(r[0], r[1])] = rates.get((r[0], r[1]), 0.0) + r[4]
         for (provider, market), v in sorted(rates.items()):
             rate.add_metric([provider, market], v)
         yield rate
@@ -94,7 +80,11 @@ class FleetCollector(Collector):
         yield js
         yield pending
         spend = summarize(self.store, now=now)
-        total = CounterMetricFamily("spotfleet_spend_usd", "Dollars spent so far (billing segments)", labels=["market"])
+        total = CounterMetricFamily(
+            "spotfleet_spend_usd",
+            "Dollars spent so far: the ledger's total (`spotfleet cost report`), billing minimums included",
+            labels=["market"],
+        )
         for market, dollars in sorted(spend.dollars.items()):
             total.add_metric([market], dollars)
         yield total
@@ -130,6 +120,25 @@ class FleetCollector(Collector):
                     mem.add_metric([instance_id, str(gpu.get("index"))], float(gpu["memory_used_mib"]))
         yield util
         yield mem
+        share = GaugeMetricFamily(
+            "spotfleet_job_gpu_share",
+            "A job node's share of one GPU: given (its fraction or MIG slices/7) and used (its SM time, NVML)",
+            labels=["job_id", "attempt", "node_rank", "kind"],
+        )
+        for _instance_id, info in presence:
+            for j in _telemetry_jobs(info):
+                labels = [str(j.get("job_id")), str(j.get("attempt")), str(j.get("node_rank"))]
+                for kind in ("given", "used"):
+                    value = j.get(f"{kind}_share")
+                    if isinstance(value, int | float):
+                        share.add_metric([*labels, kind], float(value))
+        yield share
+
+
+def _telemetry_jobs(info: Any) -> list[dict[str, Any]]:
+    tel = info.get("telemetry") if isinstance(info, dict) else None
+    jobs = tel.get("jobs") if isinstance(tel, dict) else None
+    return [j for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
 
 
 def _gpus(info: Any) -> list[dict[str, Any]]:

@@ -9,25 +9,33 @@ the next tick retries: no bare ``except`` keeps a broken loop spinning.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from spotfleet.api.app import create_app
+from spotfleet.api.auth import token_resolver
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.config import Config
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
+from spotfleet.errors import ControllerLocked, PortInUse
+from spotfleet.files import private_database, private_dir
 from spotfleet.model.snapshot import Budget
 from spotfleet.policies.base import Policy
 from spotfleet.providers.registry import build_providers
 from spotfleet.store import Store
+from spotfleet.store.election import Elector
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +68,34 @@ class Service:
         self.config = config
         self.clock = clock or SystemClock()
         data_dir = config.data_path
-        data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(data_dir)
         self.store = Store(config.database_url)
+        # SQLite is single-controller: hold the database file and the data dir alone
+        self._locks = single_controller_locks(self.store, data_dir) if self.store.dialect == "sqlite" else []
         self.store.migrate()
+        private_database(self.store)
         r = config.reconcile
         self.providers = build_providers(config.providers, cluster=config.cluster, clock=self.clock, data_dir=data_dir)
         self.controller = Controller(
             store=self.store, providers=self.providers, policy=make_policy(config), clock=self.clock,
-            cluster=config.cluster, data_dir=data_dir, checkpoint_root=config.checkpoint_root,
-            settings=PlanSettings(idle_ttl=r.idle_ttl, agent_timeout=r.agent_timeout, boot_timeout=r.boot_timeout),
+            cluster=config.cluster, data_dir=data_dir, controller_url=self.advertised_url, checkpoint_root=config.checkpoint_root,
+            settings=PlanSettings(agent_timeout=r.agent_timeout, boot_timeout=r.boot_timeout),
             budgets=budgets_of(config), heartbeat_seconds=r.heartbeat.total_seconds(), offerings_ttl=r.offerings_ttl,
+            partition_policy=config.gpu_partitioning.policy(),
         )  # fmt: skip
         self.controller.wake = self.wake
-        self.app = create_app(self.controller, api_token=config.api.token)
+        self.controller.step_interval = r.interval
+        self.elector = Elector(self.store, cluster=config.cluster, clock=self.clock, ttl=config.ha.lease_ttl,
+                               exclusive=self.store.dialect == "sqlite")  # fmt: skip
+        self.elector.on_elected = lambda _epoch: self.wake()
+        self.controller.lead_with(self.elector)
+        self._lease_stop = threading.Event()
+        self._lease_thread: threading.Thread | None = None
+        resolver = token_resolver(
+            self.store, legacy_token=config.api.token, open_without_token=config.api.token is None
+        )
+        self.app = create_app(self.controller, principals=resolver, max_body=config.api.max_body_bytes,
+                              leadership=self._leadership)  # fmt: skip
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=config.api.host, port=config.api.port,
                                                     log_level="warning", lifespan="off"))  # fmt: skip
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -91,12 +114,34 @@ class Service:
                 return
 
     def wake(self) -> None:
-        """Run a reconcile step as soon as possible (coalesced)."""
+        """Run a reconcile step as soon as possible (coalesced: while a step is
+        already pending, a wake only marks it dirty — a burst of submissions costs
+        one step, not one each)."""
+        if self._dirty.is_set():
+            return  # a step is pending: it (or its re-run) will see this too
         self._dirty.set()
         if self.scheduler.running:
             job = self.scheduler.get_job("reconcile")
             if job is not None:
                 job.modify(next_run_time=datetime.now(UTC))
+
+    def _leadership(self) -> dict[str, Any]:
+        status = self.elector.status()
+        leader = status["leader"]
+        return {"role": status["role"], "replica": self.elector.identity, "cluster": self.config.cluster,
+                "replicated": self.store.dialect != "sqlite", "epoch": status["epoch"],
+                "leader": leader.get("holder"), "leader_url": leader.get("url")}  # fmt: skip
+
+    def _lease_loop(self) -> None:
+        every = self.config.ha.renew_every.total_seconds()
+        while not self._lease_stop.wait(self.elector.next_tick_in(every)):
+            self.elector.tick()
+
+    def _start_lease(self) -> None:
+        self.elector.info["url"] = self.own_url
+        self.elector.tick()  # lead at once when the lease is free (and always on SQLite)
+        self._lease_thread = threading.Thread(target=self._lease_loop, name="spotfleet-lease", daemon=True)
+        self._lease_thread.start()
 
     def _start_scheduler(self) -> None:
         interval = self.config.reconcile.interval.total_seconds()
@@ -107,9 +152,16 @@ class Service:
                                max_instances=1, coalesce=True)  # fmt: skip
         self.scheduler.start()
 
-    def _advertise(self) -> None:
-        host, port = self.config.api.host, self.bound_port
-        self.controller.controller_url = self.config.api.advertise_url or f"http://{_url_host(host)}:{port}"
+    def advertised_url(self) -> str:
+        """The URL agents are given to reach this controller: ``api.advertise_url``
+        (several replicas: all their URLs, comma-separated; agents fail over between
+        them), else the bound address (known once the socket is bound: port 0 is allowed)."""
+        return self.config.api.advertise_url or self.own_url
+
+    @property
+    def own_url(self) -> str:
+        """This replica's own address (the leader's identity in /healthz)."""
+        return f"http://{_url_host(self.config.api.host)}:{self.bound_port}"
 
     @property
     def bound_port(self) -> int:
@@ -121,16 +173,37 @@ class Service:
     # ------------------------------------------------------------ run
 
     def start_background(self, *, timeout: float = 20.0) -> None:
-        """API in a thread and the scheduler running; returns once serving."""
-        self._thread = threading.Thread(target=self.server.run, name="spotfleet-api", daemon=True)
+        """API in a thread and the scheduler running; returns once serving.
+
+        The listening socket is bound here, in the caller's thread, so a port
+        already in use is one clear error (``PortInUse``) rather than a log line
+        from uvicorn's thread and a timeout."""
+        sock = self._bind()
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="spotfleet-api",
+                                        daemon=True)  # fmt: skip
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self.server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError(f"the API did not start on {self.config.api.host}:{self.config.api.port}")
             time.sleep(0.02)
-        self._advertise()
+        self._start_lease()
         self._start_scheduler()
+
+    def _bind(self) -> socket.socket:
+        host, port = self.config.api.host, self.config.api.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"{host}:{port} is already in use (another `spotfleet up`?): stop it, or choose "
+                                "another port with --port or api.port") from None  # fmt: skip
+            raise PortInUse(f"cannot listen on {host}:{port}: {exc.strerror} (api.host / --host)") from None
+        return sock
 
     def run_forever(self, *, on_ready: Callable[[], None] = lambda: None) -> None:
         """``spotfleet up``: serve until Ctrl-C, then stop cleanly."""
@@ -145,19 +218,76 @@ class Service:
             self.stop()
 
     def stop(self) -> None:
+        self._lease_stop.set()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
+        if self._lease_thread is not None:
+            self._lease_thread.join(5)
+        self.elector.release()  # a follower takes over at its next tick, not after the TTL
+        self.elector.close()
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
         self.store.close()
+        for lock in self._locks:
+            lock.release()
 
     @property
     def url(self) -> str:
         return f"http://{_url_host(self.config.api.host)}:{self.bound_port}"
 
     def info(self) -> dict[str, Any]:
-        return {"url": self.url, "database": self.store.url, "providers": sorted(self.providers)}
+        return {"url": self.url, "database": self.store.safe_url, "providers": sorted(self.providers)}
+
+
+def single_controller_locks(store: Store, data_dir: Path) -> list[ControllerLock]:
+    """Exclusive locks on the SQLite file and the data dir, or ``ControllerLocked``
+    naming the holder. The kernel drops them when the holder dies (even kill -9)."""
+    db = store.engine.url.database
+    locks = [(data_dir / "controller.lock", f"the data dir {data_dir}")]
+    if db and db != ":memory:" and not db.startswith("file:"):
+        locks.insert(0, (Path(db).expanduser().resolve().parent / f"{Path(db).name}.controller.lock",
+                         f"the SQLite database {db}"))  # fmt: skip
+    held: list[ControllerLock] = []
+    try:
+        for path, what in locks:
+            held.append(ControllerLock.acquire(path, what=what))
+    except ControllerLocked:
+        for lock in held:
+            lock.release()
+        store.close()
+        raise
+    return held
+
+
+class ControllerLock:
+    """An ``flock`` on a file that also says who holds it (pid, host, since)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def acquire(cls, path: Path, *, what: str) -> ControllerLock:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 400, 0).decode("utf-8", errors="replace").strip() or "another process"
+            os.close(fd)
+            raise ControllerLocked(f"another controller already runs on {what}: {holder} — stop it first "
+                                   "(SQLite is single-controller; replicate on PostgreSQL)") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC\n"
+                  .encode(), 0)  # fmt: skip
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing drops the flock; the file stays (its text is stale, harmless)
+            self.fd = -1
 
 
 def _url_host(host: str) -> str:

@@ -3,9 +3,9 @@ status views show. (Per-job attribution and reports are the ledger's job.)
 
 Open segments are counted up to ``now``. The on-demand counterfactual prices the
 same instance-hours at the same instance type's on-demand price. This is the
-cheap running view (raw seconds × price, read on every refresh); the ledger
-(``spotfleet.ledger``) is the authoritative bill: it adds billing minimums and
-attributes every dollar to jobs or idle.
+cheap running view (seconds × price under the ledger's billing rules, read on
+every refresh); the ledger (``spotfleet.ledger``) is the authoritative bill: it
+attributes every dollar to jobs or idle, in micro-dollars.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 from spotfleet.store.store import Store
@@ -49,15 +50,28 @@ class SpendSummary:
 
 
 def summarize(store: Store, *, now: datetime) -> SpendSummary:
+    """Dollars so far under the same billing rules as the ledger: an instance
+    that has ended pays at least its provider's minimum (60 s by default), so
+    once the fleet is idle this total equals ``spotfleet cost report``'s."""
+    from spotfleet.ledger.billing import rule_for
+
     out = SpendSummary()
     out.jobs_by_state = dict(Counter(j.state.value for j in store.list_jobs()))
     live = store.list_instances(live_only=True)
     out.instances_by_market = dict(Counter(i.market.value for i in live))
     out.rate_per_hour = sum(i.offering.price_per_hour for i in live if i.launched_at is not None)
+    by_instance: dict[str, list[Any]] = {}
     for seg in store.billing_segments():
-        end = seg.end or now
-        hours = max(0.0, (end - seg.start).total_seconds() / 3600.0)
-        out.instance_hours[seg.market] = out.instance_hours.get(seg.market, 0.0) + hours
-        out.dollars[seg.market] = out.dollars.get(seg.market, 0.0) + hours * seg.price_per_hour
-        out.on_demand_equivalent += hours * seg.on_demand_price_per_hour
+        by_instance.setdefault(seg.instance_id, []).append(seg)
+    for segs in by_instance.values():
+        segs.sort(key=lambda s: s.start)
+        seconds = [max(0.0, ((s.end or now) - s.start).total_seconds()) for s in segs]
+        closed = segs[-1].end is not None
+        billed = float(rule_for(segs[-1].provider).billed_seconds(Fraction(sum(seconds)), closed=closed))
+        seconds[-1] += max(0.0, billed - sum(seconds))  # rounding up and the minimum, at the last price
+        for seg, secs in zip(segs, seconds, strict=True):
+            hours = secs / 3600.0
+            out.instance_hours[seg.market] = out.instance_hours.get(seg.market, 0.0) + hours
+            out.dollars[seg.market] = out.dollars.get(seg.market, 0.0) + hours * seg.price_per_hour
+            out.on_demand_equivalent += hours * seg.on_demand_price_per_hour
     return out

@@ -14,7 +14,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-PROTOCOL_VERSION = 1
+from spotfleet.model.events import NoticeKind
+
+# A job that exits with this code saved a checkpoint and asks to be resumed
+# (an interruption, not a failure): the agent and the controller agree on it.
+CHECKPOINTED_EXIT_CODE = 85
 
 
 class Wire(BaseModel):
@@ -40,14 +44,32 @@ class JobStatus(Wire):
     job_id: str
     attempt: int
     node_rank: int = 0
-    status: str  # started | running | exited
+    status: str  # started | running | exited | refused (the agent cannot give it its GPU share here)
     exit_code: int | None = None
     checkpoint: CheckpointInfo | None = None
     progress: dict[str, Any] = Field(default_factory=dict)
+    isolation: str | None = None  # mig | mps | time-sliced | whole (spotfleet.model.partition)
+    isolation_note: str | None = None  # why not better isolated (e.g. "MPS unavailable: ...")
+    message: str | None = None  # why the agent refused or stopped it
+    node_error: str | None = None  # a failed job's output blames the node (CUDA/NVML error line)
+
+
+class AgentEvent(Wire):
+    """Something the agent decided on its own that the controller should record
+    (a job over its GPU memory share, a stop for it, a MIG reconfiguration)."""
+
+    kind: str
+    level: str = "info"
+    message: str
+    at: datetime
+    job_id: str | None = None
+    attempt: int | None = None
+    node_rank: int | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
 
 
 class NoticeReport(Wire):
-    kind: str  # spot_interruption | rebalance | maintenance
+    kind: NoticeKind  # spot_interruption | rebalance | maintenance (an unknown kind is a 422)
     deadline: datetime | None = None
     observed_at: datetime
     source: str = "agent"
@@ -57,6 +79,8 @@ class Heartbeat(Wire):
     jobs: list[JobStatus] = Field(default_factory=list)
     notices: list[NoticeReport] = Field(default_factory=list)
     telemetry: dict[str, Any] = Field(default_factory=dict)
+    partitions: dict[str, Any] = Field(default_factory=dict)  # MIG/MPS state and fitness (agent/partitions.py)
+    events: list[AgentEvent] = Field(default_factory=list)
 
 
 class DrainOrder(Wire):
@@ -64,15 +88,36 @@ class DrainOrder(Wire):
     reason: str = ""
 
 
+class Partition(Wire):
+    """The part of one GPU a job node was given (absent: whole GPUs)."""
+
+    kind: str  # mig | fraction
+    mig_profile: str | None = None
+    fraction: float | None = None
+    memory_limit_mib: float | None = None  # its share of the GPU's memory (enforced for fractions)
+    mps: bool = True  # run the fraction under MPS where the node has it
+    on_memory_over: str = "stop"  # warn | stop
+    grace_samples: int = 3
+
+
+class MigOrder(Wire):
+    """The MIG layout every GPU of this instance should have (from the pool's config)."""
+
+    layout: list[str]
+    reconfigure: bool = False
+
+
 class Assignment(Wire):
     """One node of one job attempt that should run on this instance."""
 
     job_id: str
     attempt: int
+    run: int | None = None  # runs that started before this one + 1 (SPOTFLEET_ATTEMPT); None: use ``attempt``
     node_rank: int = 0
     num_nodes: int = 1
     name: str
     command: list[str] | str
+    image: str | None = None  # run in this container image (docker/podman on the node)
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = None
     gpu_indices: list[int] = Field(default_factory=list)
@@ -84,6 +129,8 @@ class Assignment(Wire):
     drain: DrainOrder | None = None
     checkpoint_now: bool = False  # soft warning (rebalance): checkpoint early, keep running
     peers: list[str] = Field(default_factory=list)  # instance ids of every node, by rank
+    peer_addresses: list[str] = Field(default_factory=list)  # a gang's nodes' addresses, by rank ("" if unknown)
+    partition: Partition | None = None
 
 
 class HeartbeatResponse(Wire):
@@ -91,10 +138,7 @@ class HeartbeatResponse(Wire):
     heartbeat_seconds: float
     assignments: list[Assignment] = Field(default_factory=list)
     terminate: bool = False
-
-
-class RegisterResponse(HeartbeatResponse):
-    protocol: int = PROTOCOL_VERSION
+    mig: MigOrder | None = None
 
 
 class LogChunk(Wire):

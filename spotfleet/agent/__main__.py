@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidSpec as exc:
         print(f"spotfleet agent: {exc}", file=sys.stderr)
         return 2
-    agent = Agent(config)
+    from spotfleet.agent import testing
+
+    agent = Agent(config, nvml=testing.fake_nvml(), mps_control=testing.mps_control())
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         agent.stop()

@@ -5,6 +5,12 @@ Every ``poll_seconds`` it checks its jobs; it reports to the controller every
 controller is unreachable the jobs keep running and the agent retries with
 backoff: a controller restart must never kill work. A 401 means this instance
 was retired: the agent stops its jobs and exits.
+
+GPU partitions (``isolation.py``): each answer's MIG order is applied before
+its assignments are started, so a MIG job finds its device; each heartbeat
+carries the partitions' state (MIG fitness, MPS daemons), and each sample of
+GPU telemetry is checked against the jobs' memory shares (``enforce.py``):
+warnings and stops travel as events with the next heartbeat.
 """
 
 from __future__ import annotations
@@ -15,18 +21,29 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 
 import spotfleet
+from spotfleet.agent import isolation
 from spotfleet.agent.config import AgentConfig
+from spotfleet.agent.enforce import MemoryGuard
+from spotfleet.agent.isolation import GpuShares
+from spotfleet.agent.mps import MpsDaemons
+from spotfleet.agent.partitions import MigNode
 from spotfleet.agent.runner import JobRunner
 from spotfleet.agent.telemetry import GpuTelemetry, job_groups
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.model.events import InstanceEvent
-from spotfleet.wire import Heartbeat, HeartbeatResponse, LogChunk, NoticeReport, RegisterRequest
+from spotfleet.wire import AgentEvent, Heartbeat, HeartbeatResponse, LogChunk, NoticeReport, RegisterRequest
 
 log = logging.getLogger(__name__)
+
+
+def controller_urls(value: str) -> list[str]:
+    """``http://a:8478,http://b:8478`` → each replica's URL (a load balancer's URL is one)."""
+    return [u.strip().rstrip("/") for u in value.split(",") if u.strip()]
 
 
 class Retired(Exception):
@@ -41,14 +58,27 @@ class Agent:
         clock: Clock | None = None,
         http: httpx.Client | None = None,
         gpu_count: int | None = None,
+        nvml: ModuleType | None = None,
+        mps_control: str | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.http = http or httpx.Client(base_url=config.controller_url, timeout=10.0)
+        # several controller replicas: ``controller_url`` lists them, comma-separated;
+        # the agent stays on one while it answers and moves to the next when it does not
+        self.urls = controller_urls(config.controller_url)
+        self._clients = [http] if http is not None else [httpx.Client(base_url=u, timeout=10.0) for u in self.urls]
+        self._current = 0
         self.gpu_count = gpu_count if gpu_count is not None else (config.gpus or 0)
+        self.telemetry = GpuTelemetry(nvml)  # NVML (pynvml unless a test injects one); says once if there is no driver
+        self.shares = GpuShares(
+            MigNode(self.telemetry.nvml, now=self.clock.now),
+            MpsDaemons(root=Path(config.work_dir) / "mps", control=mps_control or config.mps_control),
+            self.telemetry.nvml,
+        )
+        self.memory_guard = MemoryGuard(self.clock.now)
         self.runner = JobRunner(work_dir=Path(config.work_dir), clock=self.clock,
-                                kill_grace=config.kill_grace_seconds)  # fmt: skip
-        self.telemetry = GpuTelemetry()  # NVML; says once if there is no driver
+                                kill_grace=config.kill_grace_seconds, shares=self.shares)  # fmt: skip
+        self.pending_events: list[AgentEvent] = []
         self.instance_id: str | None = None
         self.heartbeat_seconds = config.heartbeat_seconds
         self.pending_notices: list[NoticeReport] = []
@@ -70,25 +100,49 @@ class Agent:
         answer = HeartbeatResponse.model_validate(resp)
         self.instance_id = answer.instance_id
         self.heartbeat_seconds = answer.heartbeat_seconds
-        self.runner.reconcile(answer.assignments)
+        self._converge(answer)
         return answer
+
+    def _converge(self, answer: HeartbeatResponse) -> None:
+        """MIG layout first (a MIG job needs its device), then the assignments."""
+        events = self.shares.apply(answer.mig)
+        refused_before = set(self.runner.refused)
+        self.runner.reconcile(answer.assignments)
+        with self._lock:
+            self.pending_events.extend(events)
+        if events or set(self.runner.refused) - refused_before:
+            self._wake.set()  # tell the controller now, not at the next interval
+
+    def _gpu_sample(self) -> dict[str, object]:
+        """Telemetry with each job's share, and the memory guard's verdicts acted on."""
+        sample = self.telemetry.sample(job_groups(self.runner))
+        grants = self.runner.grants()
+        isolation.annotate(sample, grants)
+        events, stops = self.memory_guard.check(sample, grants)
+        for stop in stops:
+            self.runner.stop_for(stop.key, stop.reason)
+        with self._lock:
+            self.pending_events.extend(events)
+        return sample
 
     def beat(self) -> HeartbeatResponse:
         self.runner.tick()
+        telemetry = self._gpu_sample()
         with self._lock:
             notices, self.pending_notices = self.pending_notices, []
-        beat = Heartbeat(
-            jobs=self.runner.statuses(), notices=notices, telemetry=self.telemetry.sample(job_groups(self.runner))
-        )
+            events, self.pending_events = self.pending_events, []
+        beat = Heartbeat(jobs=self.runner.statuses(), notices=notices, telemetry=telemetry,
+                         partitions=self.shares.report(), events=events)  # fmt: skip
         try:
             answer = HeartbeatResponse.model_validate(self._post("/v1/agent/heartbeat", beat.model_dump(mode="json")))
         except Exception:
             with self._lock:
                 self.pending_notices = notices + self.pending_notices  # keep them for the next try
+                self.pending_events = events + self.pending_events
             raise
         self.heartbeat_seconds = answer.heartbeat_seconds
         self.ship_logs()  # before reconcile forgets jobs that exited
-        self.runner.reconcile(answer.assignments)
+        self._converge(answer)
         return answer
 
     def ship_logs(self) -> None:
@@ -119,8 +173,29 @@ class Agent:
             self.pending_notices.append(report)
         self._wake.set()
 
+    @property
+    def http(self) -> httpx.Client:
+        return self._clients[self._current]
+
+    @property
+    def controller_url(self) -> str:
+        """The replica this agent talks to now."""
+        return self.urls[self._current % len(self.urls)] if self.urls else ""
+
     def _post(self, path: str, body: dict[str, object]) -> dict[str, object]:
-        resp = self.http.post(path, json=body, headers=self._auth)
+        """POST to the current replica; on a connection error or a 5xx, try each
+        other replica once before giving up (the caller retries with backoff)."""
+        for tried in range(len(self._clients)):
+            try:
+                resp = self.http.post(path, json=body, headers=self._auth)
+                if resp.status_code < 500 or tried == len(self._clients) - 1:
+                    break
+            except httpx.TransportError:
+                if tried == len(self._clients) - 1:
+                    raise
+            previous = self.controller_url
+            self._current = (self._current + 1) % len(self._clients)
+            log.warning("controller %s unavailable; trying %s", previous, self.controller_url)
         if resp.status_code in (401, 403):
             raise Retired(resp.text)
         resp.raise_for_status()
@@ -160,6 +235,7 @@ class Agent:
                 except Retired:
                     log.error("instance retired by the controller; stopping jobs")
                     self.runner.stop_all()
+                    self.shares.mps.stop_all()
                     return
                 except (httpx.HTTPError, ValueError) as exc:
                     log.warning("heartbeat failed: %s (jobs keep running)", exc)

@@ -27,6 +27,7 @@ class AgentConfig(BaseModel):
     kill_grace_seconds: float = Field(5.0, ge=0, description="SIGTERM → SIGKILL for cancelled jobs")
     log_chunk_bytes: int = Field(65536, gt=0)
     notice_poll_seconds: float = Field(1.0, gt=0)
+    mps_control: str = Field("nvidia-cuda-mps-control", description="the CUDA MPS control program (gpu_fraction jobs)")
 
 
 def load_agent_config(path: Path) -> AgentConfig:
@@ -39,5 +40,5 @@ def load_agent_config(path: Path) -> AgentConfig:
     except ValidationError as exc:
         from spotfleet.model.spec import format_validation_error
 
-        err = format_validation_error(exc)
-        raise InvalidSpec(err.field, err.message, source=str(path)) from None
+        raise format_validation_error(exc, model=AgentConfig, docs="docs/reference.md#agent-config",
+                                      source=str(path)) from None  # fmt: skip

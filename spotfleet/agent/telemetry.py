@@ -6,9 +6,11 @@ What one sample holds (``GpuTelemetry.sample`` → the heartbeat's ``telemetry``
      "gpus": [{"index": 0, "uuid": "GPU-…", "name": "NVIDIA A10G", "utilization_pct": 97.0,
                "memory_used_mib": 20311.0, "memory_total_mib": 23028.0, "temperature_c": 61,
                "power_w": 212.4, "mig": null | {"enabled": true, "devices": [...]},
-               "processes": [{"pid": 4242, "memory_mib": 20300.0, "job_id": "job-…", "attempt": 2, "node_rank": 0}]}],
+               "processes": [{"pid": 4242, "memory_mib": 20300.0, "sm_util_pct": 95.0,
+                              "job_id": "job-…", "attempt": 2, "node_rank": 0}]}],
      "jobs": [{"job_id": "job-…", "attempt": 2, "node_rank": 0, "gpu_indices": [0],
-               "utilization_pct": 97.0, "memory_used_mib": 20300.0, "pids": [4242]}]}
+               "utilization_pct": 97.0, "memory_used_mib": 20300.0, "memory_source": "processes",
+               "sm_util_pct": 95.0, "pids": [4242]}]}
 
 Processes are attributed to jobs by process group: the runner starts every job
 node in its own session (its group id is its pid), so ``os.getpgid(pid)`` of a
@@ -16,7 +18,12 @@ compute process names its job, whichever worker or data loader opened the GPU.
 A job's utilisation is the mean over the GPUs it was assigned (its
 ``CUDA_VISIBLE_DEVICES``, which the agent sets in NVML's index order); its
 memory is what its processes hold, or — when the driver hides PIDs (another
-PID namespace) — what is used on its GPUs. MIG layout is read, never changed.
+PID namespace) — what is used on its GPUs (``memory_source`` says which: only
+per-process figures are fit to hold a job to a memory share). A job's
+``sm_util_pct`` is the SM time its processes got (``nvmlDeviceGetProcessUtilization``,
+samples since the previous sample): on a shared GPU, its utilisation share.
+MIG layout is read here, never changed (``partitions.py`` changes it).
+A process NVML lists both on a MIG device and on its parent GPU is counted once.
 
 With no NVIDIA driver (``NVMLError_LibraryNotFound``, ``DriverNotLoaded``…) the
 collector logs it once, reports ``{"nvml": {"available": false, "reason": …}}``
@@ -72,6 +79,7 @@ class GpuTelemetry:
         self._ready = False
         self.unavailable: str | None = None
         self.driver: str | None = None
+        self._util_since: dict[int, int] = {}  # GPU index -> NVML timestamp (µs) of the newest process sample
 
     def _init(self) -> ModuleType | None:
         if self._ready:
@@ -94,6 +102,10 @@ class GpuTelemetry:
             return None
         self._ready = True
         return self._nvml
+
+    def nvml(self) -> ModuleType | None:
+        """The initialised NVML module, or None without a driver (shared with ``partitions.py``)."""
+        return self._init()
 
     def _give_up(self, reason: str) -> None:
         self.unavailable = reason
@@ -139,6 +151,10 @@ class GpuTelemetry:
                 continue
         if mig is not None:
             mig.pop("handles", None)
+        unique: dict[int, Any] = {}
+        for p in procs:
+            unique.setdefault(p.pid, p)
+        sm = self._process_sm(nvml, index, handle)
         return {
             "index": index,
             "uuid": _text(get(nvml.nvmlDeviceGetUUID)),
@@ -149,15 +165,28 @@ class GpuTelemetry:
             "temperature_c": get(nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU),
             "power_w": power / 1000.0 if power is not None else None,
             "mig": mig,
-            "processes": [self._process(p, by_pgid) for p in procs],
+            "processes": [self._process(p, by_pgid, sm.get(p.pid)) for p in unique.values()],
         }
 
-    def _process(self, p: Any, by_pgid: dict[int, JobGroup]) -> dict[str, Any]:
+    def _process_sm(self, nvml: ModuleType, index: int, handle: Any) -> dict[int, float]:
+        """pid → mean SM utilisation (%) over NVML's samples since the last call."""
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._util_since.get(index, 0))
+        except nvml.NVMLError:  # NotFound: no sample since; NotSupported: MIG mode, old GPU
+            return {}
+        by_pid: dict[int, list[float]] = {}
+        for s in samples:
+            by_pid.setdefault(int(s.pid), []).append(float(s.smUtil))
+            self._util_since[index] = max(self._util_since.get(index, 0), int(s.timeStamp))
+        return {pid: sum(v) / len(v) for pid, v in by_pid.items()}
+
+    def _process(self, p: Any, by_pgid: dict[int, JobGroup], sm: float | None) -> dict[str, Any]:
         used = getattr(p, "usedGpuMemory", None)
         group = by_pgid.get(self._pgid_of(p.pid) or -1)
         return {
             "pid": p.pid,
             "memory_mib": used / MIB if isinstance(used, int) else None,
+            "sm_util_pct": sm,
             "job_id": group.job_id if group else None,
             "attempt": group.attempt if group else None,
             "node_rank": group.node_rank if group else None,
@@ -194,16 +223,19 @@ def _job_view(g: JobGroup, gpus: list[dict[str, Any]]) -> dict[str, Any]:
     procs = [p for gpu in gpus for p in gpu["processes"]
              if p["job_id"] == g.job_id and p["attempt"] == g.attempt and p["node_rank"] == g.node_rank]  # fmt: skip
     proc_mem = [p["memory_mib"] for p in procs if p["memory_mib"] is not None]
+    source: str | None = "processes"
     if proc_mem:
         memory: float | None = sum(proc_mem)
     else:
         used = [gpu["memory_used_mib"] for gpu in mine if gpu["memory_used_mib"] is not None]
         memory = sum(used) if used else None
+        source = "gpus" if used else None
+    sm = [p["sm_util_pct"] for p in procs if p.get("sm_util_pct") is not None]
     return {
         "job_id": g.job_id, "attempt": g.attempt, "node_rank": g.node_rank, "gpu_indices": list(g.gpu_indices),
         "utilization_pct": sum(utils) / len(utils) if utils else None, "memory_used_mib": memory,
-        "memory_total_mib": sum(gpu["memory_total_mib"] or 0.0 for gpu in mine) or None,
-        "pids": sorted({p["pid"] for p in procs}),
+        "memory_total_mib": sum(gpu["memory_total_mib"] or 0.0 for gpu in mine) or None, "memory_source": source,
+        "sm_util_pct": sum(sm) if sm else None, "pids": sorted({p["pid"] for p in procs}),
     }  # fmt: skip
 
 

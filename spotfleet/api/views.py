@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotfleet.ledger.types import AttemptUsage
 from spotfleet.model.instance import Instance
 from spotfleet.model.job import Job
 
@@ -54,7 +55,7 @@ def instance_view(inst: Instance, *, detail: bool = False) -> dict[str, Any]:
         "on_demand_price_per_hour": o.on_demand_price_per_hour,
         "state": inst.state.value,
         "cordoned": inst.cordoned,
-        "notice": inst.notice_kind,
+        "notice": inst.notice_kind.value if inst.notice_kind else None,
         "notice_deadline": inst.notice_deadline.isoformat() if inst.notice_deadline else None,
         "created_at": inst.created_at.isoformat(),
         "launched_at": inst.launched_at.isoformat() if inst.launched_at else None,
@@ -65,3 +66,16 @@ def instance_view(inst: Instance, *, detail: bool = False) -> dict[str, Any]:
         out["history"] = [h.to_dict() for h in inst.history]
         out["request_id"] = inst.request_id
     return out
+
+
+def partition_view(u: AttemptUsage | None) -> dict[str, Any]:
+    """How one attempt's GPU share was isolated and used (``spotfleet job`` columns)."""
+    return {
+        "isolation": u.isolation if u else None,
+        "isolation_detail": u.isolation_phrase if u and u.isolation else None,
+        "isolation_note": u.isolation_note if u else None,
+        "gpu_share_given": u.given_share if u else None,
+        "gpu_share_used": round(u.mean_used_share, 4) if u and u.mean_used_share is not None else None,
+        "peak_gpu_memory_mib": u.peak_gpu_memory_mib if u and u.gpu_samples else None,
+        "gpu_memory_limit_mib": u.memory_limit_mib if u else None,
+    }

@@ -53,9 +53,9 @@ config_app = typer.Typer(help="Controller configuration files.", no_args_is_help
 
 
 def _provider_models() -> dict[str, Callable[[Any], BaseModel]]:
-    from spotfleet.config import LocalProviderConfig
     from spotfleet.providers.aws_config import AwsProviderConfig
     from spotfleet.providers.gcp_config import GcpProviderConfig
+    from spotfleet.providers.local import LocalProviderConfig
 
     return {
         "aws": AwsProviderConfig.model_validate,
@@ -112,8 +112,8 @@ def _check_providers(providers: Any, *, source: str | None) -> None:
         except ValidationError as exc:
             from spotfleet.model.spec import format_validation_error
 
-            err = format_validation_error(exc, prefix=f"providers.{name}")
-            raise InvalidSpec(err.field, err.message, source=source) from None
+            raise format_validation_error(exc, prefix=f"providers.{name}", docs=f"docs/{name}.md",
+                                          source=source) from None  # fmt: skip
 
 
 def render_config(config: Mapping[str, Any], *, source: str) -> str:

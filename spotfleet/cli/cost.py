@@ -6,8 +6,11 @@ Cost reports are finance's tool as much as the operator's: they must work
 against a PostgreSQL replica or a copied SQLite file with no controller
 running, and they read whole tables a JSON API would only page through.
 
-- ``spotfleet cost report [--since 7d|DATE] [--until ...] [--by KEY]... [--format table|csv|json|focus] [--plot FILE.png]``
-- ``spotfleet cost job JOB_ID [--format table|json]``
+- ``spotfleet cost report [--since 7d|DATE] [--until ...] [--by KEY]... [-o table|wide|json|yaml|csv|focus] [--plot FILE.png]``
+- ``spotfleet cost job JOB_ID [-o table|wide|json|yaml]``
+
+``-o`` is the CLI's output option (docs/cli.md); ``--format``/``-f`` are the
+same option.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 
 from spotfleet.cli.client import fail
+from spotfleet.cli.exitcodes import ExitCode
 from spotfleet.errors import InvalidSpec
 
 if TYPE_CHECKING:
@@ -39,22 +43,26 @@ app = typer.Typer(help="Cost reports from the ledger: who spent what, savings vs
                   no_args_is_help=True)  # fmt: skip
 DB = typer.Option(None, "--db", help="database URL (default: the config's, else SQLite in the data dir)")
 CONFIG = typer.Option(None, "--config", "-c", help="controller config YAML (for its database)")
-BILLING = typer.Option(None, "--billing", help="billing rule PROVIDER=MIN_SECONDS[/INCREMENT], repeatable "
-                                               "(default: per second, 60 s minimum)")  # fmt: skip
+BILLING = typer.Option(None, "--billing", help="billing rule PROVIDER=MIN_SECONDS or PROVIDER=MIN_SECONDS/INCREMENT, "
+                                               "repeatable (default: per second, 60 s minimum)")  # fmt: skip
 GROUP_KEYS = ("tenant", "job", "family", "instance-type", "region", "market", "day")
 BY_HELP = f"group rows by: {', '.join(GROUP_KEYS)} (repeatable)"
 
 
 class Format(enum.StrEnum):
     table = "table"
+    wide = "wide"
     csv = "csv"
     json = "json"
+    yaml = "yaml"
     focus = "focus"
 
 
 class JobFormat(enum.StrEnum):
     table = "table"
+    wide = "wide"
     json = "json"
+    yaml = "yaml"
 
 
 def parse_when(text: str | None, *, now: datetime) -> datetime | None:
@@ -82,7 +90,9 @@ def open_store(config: Path | None, db: str | None) -> Store:
 
     cfg = load_config(config, overrides={"database": db})
     store = Store(cfg.database_url)
-    if not _schema_current(store):
+    with store.reachable():
+        current = _schema_current(store)
+    if not current:
         store.migrate()  # an older store (or a new file): bring it up, as `spotfleet up` would
     return store
 
@@ -126,7 +136,14 @@ def report_cmd(
     since: str | None = typer.Option(None, "--since", help="7d, 12h, 2026-12-01 or an ISO time (default: all)"),
     until: str | None = typer.Option(None, "--until", help="same forms as --since (default: now)"),
     by: list[str] = typer.Option([], "--by", help=BY_HELP),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="table, csv, json, or focus (FinOps FOCUS CSV)"),
+    fmt: Format = typer.Option(
+        Format.table,
+        "--output",
+        "-o",
+        "--format",
+        "-f",
+        help="table, wide, json, yaml, csv, or focus (FinOps FOCUS CSV)",
+    ),
     plot: Path | None = typer.Option(None, "--plot", help="also write daily spend as a PNG"),
     db: str | None = DB,
     config: Path | None = CONFIG,
@@ -160,6 +177,10 @@ def render(report: Report, fmt: Format | str) -> str:
     fmt = Format(fmt)
     if fmt is Format.json:
         return json.dumps(report.to_dict(), indent=2) + "\n"
+    if fmt is Format.yaml:
+        import yaml
+
+        return str(yaml.safe_dump(json.loads(json.dumps(report.to_dict())), sort_keys=False))
     if fmt is Format.csv:
         return _csv([report.row_dict(k, s) for k, s in report.rows] if report.by
                     else [{"scope": "total", **report.totals.figures()}])  # fmt: skip
@@ -202,6 +223,7 @@ def print_report(console: Console, report: Report, *, title: str = "cost report"
                  f"incl. billing minimums {_money(t['billing_minimum_cost'])}")  # fmt: skip
     head.add_row("[red]interruptions[/]", f"[red]{_money(t['interruption_cost'])}[/]",
                  f"restart {_money(t['restart_overhead_cost'])} + redone {_money(t['redone_work_cost'])}")  # fmt: skip
+    head.add_row("failed attempts", _money(t["failed_attempts_cost"]), "exited non-zero, and their retries' start-up")
     head.add_row("startup overhead", _money(t["startup_cost"]), "bind → first progress")
     if report.gpu_samples:
         head.add_row("GPUs idle while bound", _money(t["gpu_idle_while_bound_cost"]), "held, under 5% busy (NVML)")
@@ -249,7 +271,9 @@ def _cells(sums: Sums, cols: list[str]) -> list[str]:
 @app.command("job")
 def job_cmd(
     job_id: str = typer.Argument(..., help="job id"),
-    fmt: JobFormat = typer.Option(JobFormat.table, "--format", "-f"),
+    fmt: JobFormat = typer.Option(
+        JobFormat.table, "--output", "-o", "--format", "-f", help="table, wide, json or yaml"
+    ),
     db: str | None = DB,
     config: Path | None = CONFIG,
     billing: list[str] | None = BILLING,
@@ -270,13 +294,15 @@ def job_cmd(
         try:
             job = store.get_job(job_id)
         except NotFound as exc:
-            fail(str(exc), code=1)
+            fail(str(exc), code=ExitCode.NOT_FOUND)
         data = build(store, now=now, rules=rules)
         attempts = job_breakdown(data.ledger.lines, job_id, usage=data.usage)
         gpu = job_gpu_usage(store, job_id)
     finally:
         store.close()
-    if fmt is JobFormat.json:
+    if fmt in (JobFormat.json, JobFormat.yaml):
+        from spotfleet.cli.output import Format as OutputFormat
+        from spotfleet.cli.output import emit
         from spotfleet.ledger.report import Sums
 
         total = Sums()
@@ -285,7 +311,7 @@ def job_cmd(
                 total.add(ln)
         out = {"job_id": job.id, "name": job.spec.name, "tenant": job.spec.tenant, "state": job.state.value,
                "totals": total.figures(), "gpu": gpu, "attempts": [a.to_dict() for a in attempts]}  # fmt: skip
-        typer.echo(json.dumps(out, indent=2))
+        emit(out, OutputFormat(fmt.value))
         return
     console = Console()
     table = Table(title=f"{job.id} ({job.spec.name}, tenant {job.spec.tenant}) — {job.state.value}",
@@ -310,6 +336,11 @@ def job_cmd(
         if u is not None and u.gpu_samples:
             gpu_lines.append(f"attempt {label} on {a.instance_id} ({a.zone}): peak GPU memory "
                              f"{u.peak_gpu_memory_mib / 1024:.1f} GiB, mean utilisation {u.mean_utilization_pct or 0:.0f}%")  # fmt: skip
+        if u is not None and u.isolation is not None and u.isolation != "whole":
+            note = f" ({u.isolation_note})" if u.isolation_note else ""
+            gpu_lines.append(
+                f"attempt {label} billed as a {u.given_share or 0:g} GPU share: {u.isolation_phrase}{note}"
+            )
     console.print(table)
     spent = sum(a.sums.cost for a in attempts)
     od = sum(a.sums.on_demand for a in attempts)

@@ -184,12 +184,16 @@ def _summary(console: Console, service: Any, elapsed: float) -> None:
     table.add_row("jobs", ", ".join(f"{n} {state}" for state, n in sorted(s.jobs_by_state.items())))
     for market in ("spot", "on_demand"):
         table.add_row(f"instance-hours {market}", f"{s.instance_hours.get(market, 0.0):.4f}")
+    table.add_row("spent so far (live view)", f"${s.total:.4f}")
     table.add_row("dollars spent (ledger)", fmt(totals.cost, places=4))
     table.add_row("same instance-hours on on-demand", fmt(totals.on_demand, places=4))
     saved = totals.on_demand - totals.cost
     pct = 100.0 * saved / totals.on_demand if totals.on_demand else 0.0
     table.add_row("saved", f"{fmt(saved, places=4)} ({pct:.0f}%)")
     console.print(table)
+    console.print("[dim]The live view bills what the ledger bills: each instance's 60 s minimum is charged when it "
+                  "ends, so the two agree once every instance is given back (the ledger then splits each dollar "
+                  "between jobs and idle).[/]")  # fmt: skip
     sys.stdout.flush()
 
 

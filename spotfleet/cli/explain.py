@@ -11,13 +11,14 @@ Two sources, one rendering:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from spotfleet.cli import output
 
 console = Console()
 
@@ -26,10 +27,19 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
     """Print an explanation dict (``Explanation.to_dict()``) with rich."""
     out = out or console
     out.print(f"[bold]{data['job_id']}[/bold] ({data['name']}, {data['priority']}) — {data['summary']}")
+    if data.get("policy_note"):
+        out.print(f"[yellow]note:[/yellow] {data['policy_note']}")
     if data.get("markets"):
         out.print(f"market: {' or '.join(data['markets'])} — {data['market_reason']}")
     if data.get("note"):
         out.print(f"preemption: {data['note']}")
+    extra = data.get("extra") or {}
+    if extra.get("gpu_share"):
+        out.print(f"GPU share: {extra['gpu_share']}")
+    for line in extra.get("isolation", []):
+        out.print(f"isolation: {line}")
+    for line in extra.get("not_placed_on", []):
+        out.print(f"not placed on {line}")
     if data.get("placement"):
         t = Table(title="placement", show_edge=False)
         for col in ("node", "instance", "type", "zone", "market", "GPUs"):
@@ -82,10 +92,25 @@ def explain_spec(path: Path) -> dict[str, Any]:
 JOB_ID = typer.Argument(None, help="job id (asks the controller)")
 SPEC = typer.Option(None, "--spec", help="explain a job spec offline against the bundled catalog")
 API = typer.Option(None, "--api", help="controller URL (default $SPOTFLEET_API)")
-JSON = typer.Option(False, "--json", help="print JSON instead of tables")
 
 
-def explain(job_id: str | None = JOB_ID, spec: Path | None = SPEC, api: str | None = API, as_json: bool = JSON) -> None:
+def _view(data: dict[str, Any], wide: bool) -> str:
+    import io
+    import sys
+
+    buf = io.StringIO()
+    render(data, Console(file=buf, width=Console().width if sys.stdout.isatty() else 200,
+                         force_terminal=sys.stdout.isatty()))  # fmt: skip
+    return buf.getvalue()
+
+
+def explain(
+    job_id: str | None = JOB_ID,
+    spec: Path | None = SPEC,
+    api: str | None = API,
+    fmt: output.Format = output.OUTPUT,
+    as_json: bool = output.JSON_ALIAS,
+) -> None:
     """Why a job is where it is, or why it is still pending."""
     from spotfleet.cli.client import ApiClient, fail
     from spotfleet.errors import InvalidSpec
@@ -101,10 +126,7 @@ def explain(job_id: str | None = JOB_ID, spec: Path | None = SPEC, api: str | No
         data = ApiClient(api).get(f"/v1/jobs/{job_id}/explain")
     else:
         fail("give a JOB_ID or --spec FILE")
-    if as_json:
-        typer.echo(json.dumps(data, indent=2, default=str))
-    else:
-        render(data)
+    output.emit(data, output.resolve(fmt, as_json), _view)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,15 +7,58 @@ the node agent start fast.
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 import spotfleet
+from spotfleet.cli.exitcodes import ExitCode
+from spotfleet.errors import (
+    ControllerLocked,
+    InvalidSpec,
+    MissingCredentials,
+    MissingExtra,
+    NotFound,
+    PortInUse,
+    StoreUnavailable,
+)
+
+
+class SpotfleetGroup(TyperGroup):
+    """Turns the errors a user can fix into one ``error:`` line per problem and
+    the documented exit code (docs/cli.md), instead of a traceback, whichever
+    command raised them."""
+
+    def invoke(self, ctx: Any) -> Any:
+        from spotfleet.cli.client import fail
+
+        try:
+            return super().invoke(ctx)
+        except (InvalidSpec, ControllerLocked) as exc:
+            fail(str(exc), code=ExitCode.BAD_INPUT)
+        except NotFound as exc:
+            fail(str(exc), code=ExitCode.NOT_FOUND)
+        except MissingCredentials as exc:
+            fail(str(exc), code=ExitCode.UNAUTHORIZED)
+        except (MissingExtra, PortInUse) as exc:
+            fail(str(exc), code=ExitCode.ENVIRONMENT)
+        except StoreUnavailable as exc:
+            fail(str(exc), code=ExitCode.UNREACHABLE)
+        except UnicodeDecodeError as exc:  # a file that is not UTF-8 text (spec, config)
+            fail(f"a file is not UTF-8 text: byte {exc.start} cannot be read ({exc.reason})", code=ExitCode.BAD_INPUT)
+        except RecursionError:
+            fail("the input is nested too deeply", code=ExitCode.BAD_INPUT)
+        except KeyboardInterrupt:
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
 
 app = typer.Typer(
     name="spotfleet",
     help="A cost-aware autoscaler for GPU spot fleets.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=SpotfleetGroup,
 )
 
 
@@ -33,8 +76,22 @@ def main(
 
 
 def _register() -> None:
-    from spotfleet.cli import config_cmd, cost, demo, explain, jobs, local, offerings, server, simulate
+    from spotfleet.cli import (
+        config_cmd,
+        cost,
+        demo,
+        explain,
+        fleet,
+        jobs,
+        local,
+        offerings,
+        schema_cmd,
+        server,
+        simulate,
+        tokens,
+    )
 
+    fleet.register(app)
     jobs.register(app)
     server.register(app)
     demo.register(app)
@@ -43,7 +100,9 @@ def _register() -> None:
     offerings.register(app)
     config_cmd.register(app)
     simulate.register(app)
+    schema_cmd.register(app)
     app.add_typer(cost.app, name="cost")
+    app.add_typer(tokens.app, name="token")
 
 
 _register()

@@ -8,7 +8,6 @@ from pathlib import Path
 import typer
 
 from spotfleet.cli.client import fail
-from spotfleet.errors import InvalidSpec
 
 
 def up(
@@ -17,28 +16,45 @@ def up(
     host: str | None = typer.Option(None, "--host"),
     port: int | None = typer.Option(None, "--port"),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
+    log_format: str = typer.Option("text", "--log-format", help="text, or json (one object per line)"),
 ) -> None:
-    """Run the controller and its HTTP API until Ctrl-C."""
+    """Run the controller and its HTTP API until Ctrl-C (or SIGTERM); logs each decision in one line."""
+    import signal
+
     from spotfleet.config import load_config
+    from spotfleet.decisions import configure_logging, log_decisions
     from spotfleet.service import Service
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("apscheduler", "alembic", "httpx"):  # routine ticks and migrations are not news
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        cfg = load_config(config, overrides={"database": db, "api.host": host, "api.port": port,
-                                             "data_dir": str(data_dir) if data_dir else None})  # fmt: skip
-        service = Service(cfg)
-    except InvalidSpec as exc:
-        fail(str(exc))
-    typer.echo(f"spotfleet controller: cluster {cfg.cluster}, store {service.store.url}, "
-               f"providers {', '.join(sorted(service.providers))}")  # fmt: skip
-    try:
-        service.run_forever(
-            on_ready=lambda: typer.echo(f"API on {service.url} — Ctrl-C stops it; state survives restarts")
-        )
-    finally:
-        typer.echo("stopped cleanly")
+    if log_format not in ("text", "json"):
+        fail(f"--log-format {log_format!r}: choose text or json")
+    configure_logging(log_format)
+    from spotfleet import redact
+
+    redact.install()
+    cfg = load_config(config, overrides={"database": db, "api.host": host, "api.port": port,
+                                         "data_dir": str(data_dir) if data_dir else None})  # fmt: skip
+    service = Service(cfg)
+    service.store.event_listeners.append(log_decisions)
+    log = logging.getLogger("spotfleet.up")
+    log.info("spotfleet controller: cluster %s, store %s, providers %s", cfg.cluster, service.store.safe_url,
+             ", ".join(sorted(service.providers)))  # fmt: skip
+    if cfg.api.token is None:
+        log.warning("no api.token: a request without a token from %s:%s is an admin (fine on a laptop; set "
+                    "api.token before sharing the machine; scoped tokens still apply when sent)", cfg.api.host,
+                    cfg.api.port)  # fmt: skip
+    hold = service.store.fleet_hold(cfg.cluster)
+    if hold is not None:
+        log.warning("the fleet is down since %s (%s): nothing is bought until `spotfleet resume`", hold.since,
+                    hold.reason)  # fmt: skip
+
+    def _terminate(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt  # a service manager's stop is a Ctrl-C: stop cleanly
+
+    signal.signal(signal.SIGTERM, _terminate)
+    service.run_forever(
+        on_ready=lambda: log.info("API and dashboard on %s/ — Ctrl-C stops it; state survives restarts", service.url)
+    )
+    log.info("stopped cleanly")
 
 
 def agent(

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spotfleet.controller.step import StepState
-from spotfleet.controller.sync import drain_jobs
 from spotfleet.model.capacity import Usage
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import ACTIVE_JOB_STATES, JobState
@@ -68,6 +67,12 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
         job = snap.jobs.get(command.job_id)
         if job is None or job.state is not JobState.PENDING:
             return f"job {command.job_id} is not pending"
+        held = job.retry_not_before
+        if held is not None and held > step.now:
+            return f"job {job.id} waits for its retry backoff until {held:%H:%M:%S}"
+        avoided = snap.avoid.get(job.id, frozenset()) & {b.instance_id for b in command.bindings}
+        if avoided:
+            return f"job {job.id} failed on {', '.join(sorted(avoided))} in a node-looking way; not placed there again"
         if len(command.bindings) != job.spec.resources.nodes:
             return (
                 f"job {job.id} needs {job.spec.resources.nodes} nodes, got {len(command.bindings)} (gang: all or none)"
@@ -105,8 +110,10 @@ def _apply(step: StepState, usage: Usage, command: Command) -> str | None:
             return f"instance {drained.id} runs non-interruptible {', '.join(j.id for j in pinned)}"
         deadline = command.deadline or step.now + step.settings.drain_grace
         drained.cordoned = True
+        if command.for_job is not None:
+            drained.reserved_for = command.for_job  # the budget it frees is held for that job (policies/market.py)
         step.instance_to(drained, I.DRAINING, reason=command.reason)
-        drain_jobs(step, drained, deadline=deadline, reason=command.reason)
+        step.drain_jobs(drained, deadline=deadline, reason=command.reason)
         return None
     if isinstance(command, Preempt):
         job = snap.jobs.get(command.job_id)

@@ -1,5 +1,5 @@
-"""The long-running controller: one reconcile step at a time, plus the agent
-and user entry points the API calls.
+"""The long-running controller: one reconcile step at a time, plus the user
+entry points the API calls (the agents' are in ``controller/agents.py``).
 
 ``step()`` is a plain method: APScheduler triggers it on an interval and on
 events (job submitted, agent report), tests and the simulator call it directly.
@@ -10,38 +10,37 @@ write their inbox and wake the step.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spotfleet.clock import Clock
+from spotfleet.controller import partitions
+from spotfleet.controller.agents import AgentGateway
 from spotfleet.controller.executor import ExecutionResult, Executor
+from spotfleet.controller.logs import JobLogs
 from spotfleet.controller.plan import Plan, plan
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.controller.sync import Observation
-from spotfleet.errors import InvalidSpec, ProviderError
-from spotfleet.ledger.usage import UsageRecorder
+from spotfleet.errors import Fenced, InvalidSpec, ProviderError
+from spotfleet.model.changes import EventRecord, FleetHold, PendingNotice
 from spotfleet.model.events import InstanceEvent, NoticeKind
-from spotfleet.model.instance import Instance, InstanceState
-from spotfleet.model.job import Checkpoint, Job, JobState
+from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Offering, Offerings
-from spotfleet.model.snapshot import Budget, NodeReport, PoolExposure, RunRecord, Snapshot, random_ids
+from spotfleet.model.partition import DEFAULT_PARTITIONS, PartitionPolicy
+from spotfleet.model.snapshot import Budget, PoolExposure, RunRecord, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
 from spotfleet.providers.base import Provider, ProviderInstance, SupportsInterrupt
-from spotfleet.store.store import EventRecord, PendingNotice, Store
-from spotfleet.wire import Assignment, DrainOrder, Heartbeat, HeartbeatResponse, LogChunk, RegisterRequest
+from spotfleet.store.store import Store
+
+if TYPE_CHECKING:
+    from spotfleet.store.election import Elector
 
 log = logging.getLogger(__name__)
-
-
-class Unauthorized(Exception):
-    """An agent presented a token that matches no live instance."""
 
 
 @dataclass(slots=True)
@@ -52,6 +51,7 @@ class StepReport:
     terminated: list[str] = field(default_factory=list)
     rejected: int = 0
     provider_errors: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why no step ran (a follower replica, or fenced mid-step)
 
 
 class Controller:
@@ -66,10 +66,12 @@ class Controller:
         settings: PlanSettings | None = None,
         budgets: Sequence[Budget] = (),
         data_dir: Path,
+        controller_url: Callable[[], str],
         checkpoint_root: str | None = None,
         heartbeat_seconds: float = 2.0,
         offerings_ttl: timedelta = timedelta(minutes=10),
         new_id: Callable[[str], str] | None = None,
+        partition_policy: PartitionPolicy = DEFAULT_PARTITIONS,
     ) -> None:
         self.store = store
         self.providers = dict(providers)
@@ -83,9 +85,7 @@ class Controller:
         self.heartbeat_seconds = heartbeat_seconds
         self.offerings_ttl = offerings_ttl
         self.new_id = new_id or random_ids()
-        self.controller_url = "http://127.0.0.1:8478"
-        self.executor = Executor(store=store, providers=self.providers, cluster=cluster,
-                                 controller_url=lambda: self.controller_url)  # fmt: skip
+        self.executor = Executor(store=store, providers=self.providers, cluster=cluster, controller_url=controller_url)
         self._step_lock = threading.Lock()
         self._offerings: Offerings = Offerings()
         self._offerings_at: datetime | None = None
@@ -94,23 +94,99 @@ class Controller:
         self.history_ttl = timedelta(minutes=5)
         self._history_at: datetime | None = None
         self._history_cache: tuple[tuple[RunRecord, ...], tuple[PoolExposure, ...]] = ((), ())
-        self.usage = UsageRecorder(store)  # progress + GPU telemetry for the cost ledger
+        self.started_at = clock.now()
+        self.last_step_at: datetime | None = None  # health, for `spotfleet status`
+        self.last_step_error: str | None = None
+        self.step_interval = timedelta(seconds=5)  # the scheduler's; health counts a step late after 3 of these
+        self.partition_policy = partition_policy  # MIG layouts, MPS, memory enforcement (controller/partitions.py)
+        self.job_logs = JobLogs(data_dir / "logs")
+        self.agents = AgentGateway(
+            store=store, clock=clock, logs=self.job_logs, checkpoint_root=self.checkpoint_root,
+            heartbeat_seconds=heartbeat_seconds, partition_policy=partition_policy, wake=lambda: self.wake(),
+        )  # fmt: skip
+        self.elector: Elector | None = None  # replicated controllers: step only while leading (store/election.py)
+
+    def lead_with(self, elector: Elector) -> None:
+        """Step only while ``elector`` holds the lease; fence every write and cloud call."""
+        self.elector = elector
+        self.executor.before_cloud_call = elector.verify
 
     # ------------------------------------------------------------ users
 
     def submit(self, spec: JobSpec) -> Job:
+        """One submission: the job and its ``job.submitted`` event in one transaction."""
+        return self.submit_many([spec])[0]
+
+    def submit_many(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Many submissions, one transaction, one wake (``spotfleet submit`` of many files)."""
         now = self.clock.now()
-        job = Job(id=f"job-{uuid.uuid4().hex[:10]}", spec=spec, state=JobState.PENDING, created_at=now, state_since=now)
-        self.store.add_job(job)
-        self.store.add_event(EventRecord(at=now, kind="job.submitted", message=f"{job.id} ({spec.name}) submitted",
-                                         job_id=job.id))  # fmt: skip
+        # a microsecond apart, so listings keep the batch's order (ids are random)
+        jobs = [Job(id=self.new_id("job"), spec=spec, state=JobState.PENDING,
+                    created_at=now + timedelta(microseconds=i), state_since=now) for i, spec in enumerate(specs)]  # fmt: skip
+        self.store.add_jobs(jobs, [
+            EventRecord(at=now, kind="job.submitted", message=f"{job.id} ({job.spec.name}) submitted", job_id=job.id)
+            for job in jobs
+        ])  # fmt: skip
         self.wake()
-        return job
+        return jobs
 
     def cancel(self, job_id: str) -> Job:
         job = self.store.request_cancel(job_id)
         self.wake()
         return job
+
+    def down(self, *, grace: timedelta, reason: str = "spotfleet down") -> FleetHold:
+        """Hold the fleet: from the next step on, buy nothing, drain every busy
+        instance (jobs checkpoint and wait, pending) and give every instance back.
+        Written to the store like any inbox item, so the step applies it."""
+        now = self.clock.now()
+        hold = self.store.set_fleet_hold(self.cluster, FleetHold(now, reason, grace.total_seconds()))
+        self.store.add_event(EventRecord(at=now, kind="fleet.down", level="warning",
+                                         message=f"fleet going down: {reason}; jobs checkpoint within "
+                                                 f"{grace.total_seconds():.0f}s and wait for `spotfleet resume`"))  # fmt: skip
+        self.wake()
+        return hold
+
+    def resume(self) -> bool:
+        """Lift a ``down``: the next step buys capacity for the waiting jobs again."""
+        lifted = self.store.clear_fleet_hold(self.cluster)
+        if lifted:
+            self.store.add_event(EventRecord(at=self.clock.now(), kind="fleet.resumed",
+                                             message="fleet resumed: pending jobs will be placed again"))  # fmt: skip
+            self.wake()
+        return lifted
+
+    def health(self) -> dict[str, Any]:
+        """Is the reconcile loop alive? ``ok``, ``starting``, ``failing`` (the last
+        step raised) or ``stale`` (no step for three intervals)."""
+        now = self.clock.now()
+        late = self.step_interval * 3 + timedelta(seconds=10)
+        ha = self.elector.status() if self.elector is not None else {"role": "leader", "epoch": None, "leader": {}}
+        if ha["role"] == "follower":
+            state = "ok"  # a standby: healthy while it serves the API and watches the lease
+        elif self.last_step_error is not None:
+            state = "failing"
+        elif self.last_step_at is None:
+            state = "starting" if now - self.started_at <= late else "stale"
+        else:
+            state = "ok" if now - self.last_step_at <= late else "stale"
+        return {
+            "health": state,
+            "started_at": self.started_at.isoformat(),
+            "last_step_at": self.last_step_at.isoformat() if self.last_step_at else None,
+            "last_step_error": self.last_step_error,
+            "step_interval_seconds": self.step_interval.total_seconds(),
+            **ha,
+        }
+
+    def active_policy(self) -> Policy:
+        """The configured policy, or the teardown policy while the fleet is held."""
+        hold = self.store.fleet_hold(self.cluster)
+        if hold is None:
+            return self.policy
+        from spotfleet.policies.teardown import TeardownPolicy
+
+        return TeardownPolicy(grace=timedelta(seconds=hold.grace_seconds), reason=hold.reason)
 
     def interrupt(self, instance_id: str, *, kind: NoticeKind, notice: timedelta) -> datetime:
         """Have the provider announce a reclaim of one instance (local/fake/sim only)."""
@@ -144,11 +220,40 @@ class Controller:
             self._offerings, self._offerings_at = Offerings(items), now
         return self._offerings
 
+    def known_gpus(self) -> frozenset[str]:
+        """GPU models a spec may ask for: the throughput catalogue and every offering."""
+        from spotfleet.policies.throughput import GPU_SPECS
+
+        try:
+            offered = {o.gpu for o in self.offerings()}
+        except ProviderError:
+            offered = set()
+        return frozenset(GPU_SPECS) | offered
+
     # ------------------------------------------------------------ the step
 
     def step(self) -> StepReport:
-        """observe → plan → act; re-plans (up to 3 times) after capacity errors."""
-        with self._step_lock:
+        """observe → plan → act; re-plans (up to 3 times) after capacity errors.
+
+        Records when it last finished (``last_step_at``) and why it last failed
+        (``last_step_error``) for ``spotfleet status``; a failure still raises.
+        A follower replica (``elector`` not leading) does nothing; a leader fenced
+        mid-step stops there (its successor re-plans from the store)."""
+        if self.elector is not None and not self.elector.is_leader:
+            return StepReport(at=self.clock.now(), skipped="follower")
+        try:
+            report = self._step()
+        except Fenced as exc:
+            log.warning("step abandoned: %s", exc)
+            return StepReport(at=self.clock.now(), skipped=f"fenced: {exc}")
+        except Exception as exc:
+            self.last_step_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.last_step_at, self.last_step_error = report.at, None
+        return report
+
+    def _step(self) -> StepReport:
+        with self._step_lock, self.store.fenced(self.elector):
             now = self.clock.now()
             report = StepReport(at=now)
             listed: dict[str, Sequence[ProviderInstance]] = {}
@@ -162,10 +267,11 @@ class Controller:
                     self.store.add_event(EventRecord(at=now, kind="provider.error", level="warning",
                                                      message=f"observing {name} failed: {exc}"))  # fmt: skip
             self.store.add_notices(events)
+            policy = self.active_policy()
             for attempt in range(3):
                 snapshot, notices = self.snapshot(now)
                 observation = Observation(listed=listed if attempt == 0 else {}, notices=notices)
-                result_plan = plan(snapshot, self.policy, observation=observation, settings=self.settings)
+                result_plan = plan(snapshot, policy, observation=observation, settings=self.settings)
                 self.last_plan = result_plan
                 result: ExecutionResult = self.executor.execute(result_plan)
                 report.plans += 1
@@ -181,10 +287,13 @@ class Controller:
         now = now or self.clock.now()
         state = self.store.load_state()
         runs, exposure = self._history(now)
+        offerings = partitions.annotate(self.offerings(), state.instances, state.presence, self.partition_policy)
+        retried = [j.id for j in state.jobs.values() if j.failures or j.interruptions]
         snapshot = Snapshot(
-            now=now, jobs=state.jobs, instances=state.instances, offerings=self.offerings(),
+            now=now, jobs=state.jobs, instances=state.instances, offerings=offerings,
             reports=state.reports, presence=state.presence, unavailable=state.unavailable,
             budgets=self.budgets, new_id=self.new_id, runs=runs, exposure=exposure,
+            avoid=self.store.instances_to_avoid(retried),
         )  # fmt: skip
         return snapshot, state.notices
 
@@ -197,142 +306,35 @@ class Controller:
 
     def explain(self, job_id: str) -> dict[str, Any]:
         """Why a job is where it is, or why it is still pending (see policies.explain)."""
+        from spotfleet.ledger.usage import load_usage
         from spotfleet.policies.explain import explain_job
 
         snapshot, _ = self.snapshot()
         if job_id not in snapshot.jobs:
             snapshot.jobs[job_id] = self.store.get_job(job_id)  # finished jobs too; NotFound if unknown
-        return explain_job(snapshot, job_id).to_dict()
+        from spotfleet.policies.spotfleet import SpotfleetPolicy
 
-    # ------------------------------------------------------------ agents
+        policy = self.active_policy()
+        own = policy if isinstance(policy, SpotfleetPolicy) else None
+        out = explain_job(
+            snapshot, job_id, policy=own, configured=getattr(policy, "name", type(policy).__name__)
+        ).to_dict()
+        job = snapshot.jobs[job_id]
+        out["extra"].update(
+            partitions.explain_extra(job, snapshot.instances.values(), load_usage(self.store, [job_id]))
+        )
+        return out
 
-    def _instance_for(self, token: str) -> Instance:
-        inst = self.store.instance_for_token(token)
-        if inst is None or not inst.live:
-            raise Unauthorized("unknown or retired agent token")
-        return inst
-
-    def register_agent(self, token: str, request: RegisterRequest) -> HeartbeatResponse:
-        inst = self._instance_for(token)
-        now = self.clock.now()
-        info = request.model_dump(mode="json")
-        self.store.record_presence(inst.id, provider_id=request.provider_id or inst.provider_id, at=now, info=info)
-        self.wake()
-        return self.desired_state(inst)
-
-    def heartbeat(self, token: str, beat: Heartbeat) -> HeartbeatResponse:
-        inst = self._instance_for(token)
-        now = self.clock.now()
-        self.store.record_presence(inst.id, provider_id=inst.provider_id, at=now,
-                                   info={"telemetry": beat.telemetry} if beat.telemetry else {})  # fmt: skip
-        self.usage.observe(inst.id, beat, now=now)
-        reports = [
-            NodeReport(
-                job_id=j.job_id, attempt=j.attempt, node_rank=j.node_rank, instance_id=inst.id, status=j.status,
-                exit_code=j.exit_code, progress=j.progress, reported_at=now,
-                checkpoint=Checkpoint(j.checkpoint.path, j.checkpoint.step, j.checkpoint.at, j.attempt)
-                if j.checkpoint else None,
-            )
-            for j in beat.jobs
-        ]  # fmt: skip
-        if reports:
-            self.store.record_reports(reports)
-        if beat.notices and inst.provider_id:
-            self.store.add_notices([
-                InstanceEvent(provider=inst.provider, provider_instance_id=inst.provider_id, kind=NoticeKind(n.kind),
-                              observed_at=n.observed_at, deadline=n.deadline, source=n.source)
-                for n in beat.notices
-            ])  # fmt: skip
-        placed = self._placed_on(inst)
-        if beat.notices or _news(beat, placed):
-            self.wake()
-        return self.desired_state(inst, placed)
-
-    def append_log(self, token: str, chunk: LogChunk) -> int:
-        """Append a chunk of a job's log; returns the new size (the agent's next offset)."""
-        inst = self._instance_for(token)
-        path = self.log_path(chunk.job_id, chunk.attempt, chunk.node_rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not self.store.attempt_ran_on(chunk.job_id, chunk.attempt, inst.id):
-            raise Unauthorized(f"{chunk.job_id} attempt {chunk.attempt} is not assigned to this instance")
-        size = path.stat().st_size if path.exists() else 0
-        if chunk.offset != size:
-            return size  # out of order or repeated: tell the agent where we are
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(chunk.data)
-        return size + len(chunk.data.encode("utf-8"))
-
-    def log_path(self, job_id: str, attempt: int, node_rank: int = 0) -> Path:
-        suffix = f"-node{node_rank}" if node_rank else ""
-        return self.data_dir / "logs" / job_id / f"attempt-{attempt}{suffix}.log"
+    # ------------------------------------------------------------ logs
 
     def logs(self, job_id: str, *, attempt: int | None = None) -> str:
+        """Rank 0's log of one attempt, or of every attempt with a header each."""
         job = self.store.get_job(job_id)
-        attempts = [attempt] if attempt is not None else list(range(1, job.attempt + 1))
-        parts = []
-        for n in attempts:
-            path = self.log_path(job_id, n)
-            if path.exists():
-                if len(attempts) > 1:
-                    parts.append(f"===== attempt {n} =====\n")
-                parts.append(path.read_text(encoding="utf-8", errors="replace"))
-        return "".join(parts)
+        return self.job_logs.read(job_id, [attempt] if attempt is not None else list(range(1, job.attempt + 1)))
 
-    def _placed_on(self, inst: Instance) -> list[tuple[Job, int]]:
-        """(job, node rank) of every job attempt currently bound to ``inst``."""
-        open_attempts = self.store.open_attempts_on(inst.id)
-        jobs = self.store.get_jobs(j for j, _, _ in open_attempts)
-        placed = []
-        for job_id, attempt, rank in open_attempts:
-            job = jobs.get(job_id)
-            if job is not None and job.attempt == attempt and not job.terminal:
-                placed.append((job, rank))
-        return placed
-
-    def desired_state(self, inst: Instance, placed: list[tuple[Job, int]] | None = None) -> HeartbeatResponse:
-        """Every job attempt that should run on ``inst`` right now."""
-        assignments = [
-            self._assignment(job, rank, inst) for job, rank in (self._placed_on(inst) if placed is None else placed)
-        ]
-        return HeartbeatResponse(
-            instance_id=inst.id,
-            heartbeat_seconds=self.heartbeat_seconds,
-            assignments=assignments,
-            terminate=inst.state in (InstanceState.TERMINATING, InstanceState.TERMINATED),
-        )
-
-    def _assignment(self, job: Job, rank: int, instance: Instance) -> Assignment:
-        spec = job.spec
-        binding = next(b for b in job.bindings if b.node_rank == rank)
-        drain = None
-        if job.state is JobState.DRAINING and job.drain_deadline is not None:
-            drain = DrainOrder(deadline=job.drain_deadline, reason=job.message)
-        env = dict(spec.env)
-        env.update({"SPOTFLEET_NODE_RANK": str(rank), "SPOTFLEET_NUM_NODES": str(spec.resources.nodes)})
-        return Assignment(
-            job_id=job.id, attempt=job.attempt, node_rank=rank, num_nodes=spec.resources.nodes, name=spec.name,
-            command=spec.command, env=env, workdir=spec.workdir, gpu_indices=list(binding.gpu_indices),
-            checkpoint_dir=os.path.join(self.checkpoint_root, job.id), resume=job.checkpoint is not None,
-            checkpoint_signal=spec.checkpoint.signal,
-            checkpoint_interval_seconds=spec.checkpoint.interval.total_seconds() if spec.checkpoint.interval else None,
-            grace_seconds=spec.checkpoint.grace.total_seconds(), drain=drain,
-            checkpoint_now=instance.notice_kind == NoticeKind.REBALANCE.value and spec.is_interruptible,
-            peers=[b.instance_id for b in sorted(job.bindings, key=lambda b: b.node_rank)],
-        )  # fmt: skip
+    def log_bytes(self, job_id: str, *, attempt: int, offset: int = 0, node_rank: int = 0) -> bytes:
+        self.store.get_job(job_id)  # NotFound for an unknown job
+        return self.job_logs.read_bytes(job_id, attempt=attempt, offset=offset, node_rank=node_rank)
 
     def get_job(self, job_id: str) -> Job:
         return self.store.get_job(job_id)
-
-
-def _news(beat: Heartbeat, placed: list[tuple[Job, int]]) -> bool:
-    """Does this heartbeat change what the controller knows (a bound job started,
-    a placed job exited)? Only then is a reconcile step worth waking for: a steady
-    heartbeat from a busy fleet must not keep the step running back to back."""
-    state = {(job.id, job.attempt): job.state for job, _ in placed}
-    for j in beat.jobs:
-        known = state.get((j.job_id, j.attempt))
-        if known is None:
-            continue
-        if j.status == "exited" or (j.status in ("started", "running") and known is JobState.BOUND):
-            return True
-    return False

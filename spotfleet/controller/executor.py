@@ -13,7 +13,8 @@ Provider errors become state, never exceptions out of the step:
 ``InsufficientCapacity`` marks exactly the failed offerings unavailable and
 requeues the jobs that waited for them (the controller re-plans in the same
 step); ``QuotaExceeded``/``PermanentError`` fail the instance and tell the
-operator; ``Throttled`` leaves it REQUESTED for the next step.
+operator; ``Throttled`` leaves it REQUESTED and no launch on that provider is
+issued before the ``retry_after`` the cloud asked for.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import spotfleet
 from spotfleet.controller.plan import Plan
 from spotfleet.controller.step import StepState
-from spotfleet.controller.sync import lose_instance
 from spotfleet.errors import (
     InstanceNotFound,
     InsufficientCapacity,
@@ -37,6 +38,7 @@ from spotfleet.errors import (
     Throttled,
 )
 from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.offering import Offering
 from spotfleet.model.snapshot import Launch
 from spotfleet.providers.base import (
     TAG_CLUSTER,
@@ -58,6 +60,7 @@ class ExecutionResult:
     launched: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     capacity_errors: int = 0
+    quotas: list[tuple[QuotaExceeded, Offering]] = field(default_factory=list)  # quota errors, and what hit them
 
     @property
     def should_replan(self) -> bool:
@@ -86,12 +89,21 @@ class Executor:
         self.cluster = cluster
         self.controller_url = controller_url
         self.token_factory = token_factory
+        self._quota_keys: dict[str, set[str]] = {}  # provider → offering keys a quota error marked
+        # called right before every cloud launch/terminate; raises ``Fenced`` when
+        # this replica no longer leads (``Controller.lead_with``)
+        self.before_cloud_call: Callable[[], None] = lambda: None
+        self.throttled_until: dict[str, datetime] = {}  # provider → no launch before (Throttled.retry_after)
+        # request id → the agent token its bootstrap carries, while the launch is unconfirmed
+        self._tokens: dict[str, str] = {}
 
     def execute(self, plan: Plan) -> ExecutionResult:
         step = plan.step
         tokens: dict[str, str] = {}
+        waiting = {i.request_id for i in plan.snapshot.instances.values() if i.state is I.REQUESTED}
+        self._tokens = {r: t for r, t in self._tokens.items() if r in waiting}  # adopted or failed since
         for inst in step.new_instances.values():
-            tokens[inst.id] = self.token_factory(inst.id)
+            tokens[inst.id] = self._tokens[inst.request_id] = self.token_factory(inst.id)
         changes = step.finalize()
         changes.new_instances = [(inst, tokens[inst.id]) for inst in step.new_instances.values()]
         self.store.commit(changes, now=step.now)  # 1. intent first
@@ -99,6 +111,16 @@ class Executor:
         launches = {c.instance_id: c for c in plan.commands if isinstance(c, Launch)}
         for instance_id in plan.to_launch:  # 2.
             inst = plan.snapshot.instances[instance_id]
+            hit = next((q for q, failed in result.quotas if q.covers(inst.offering, failed=failed)), None)
+            if hit is not None:  # the same quota would refuse it: not even asked
+                after = StepState(step.snapshot, step.settings)
+                self._fail_launch(after, inst, f"not launched: quota exceeded earlier in this step ({hit})")
+                self._tokens.pop(inst.request_id, None)
+                self.store.commit(after.finalize(), now=step.now)
+                continue
+            quiet_until = self.throttled_until.get(inst.provider)
+            if quiet_until is not None and step.now < quiet_until:
+                continue  # the cloud asked us to wait (Throttled.retry_after): stays REQUESTED
             self._launch(step, inst, tokens.get(inst.id), result, launches.get(instance_id))
         for instance_id in plan.to_terminate:  # 3.
             self._terminate(step, plan.snapshot.instances[instance_id], result)
@@ -106,6 +128,7 @@ class Executor:
             provider = self.providers.get(orphan.provider)
             if provider is None:
                 continue
+            self.before_cloud_call()
             try:
                 provider.terminate([orphan.provider_id], request_id=f"orphan-{orphan.provider_id}")
                 self._log(step, "instance.orphan_terminated",
@@ -128,10 +151,17 @@ class Executor:
             self.store.commit(after.finalize(), now=step.now)
             return
         if token is None:
-            # a REQUESTED instance from an earlier step: re-issue the same request
-            # (idempotent); the agent token must be re-minted since only its hash is stored
-            token = self.token_factory(inst.id)
-            self.store.rotate_agent_token(inst.id, token)
+            # A REQUESTED instance from an earlier step: re-issue the same request
+            # (idempotent). Design choice: the request keeps the token it was first
+            # sent with — a cloud that accepted it (answer lost, listing lagging)
+            # returns the instance it already built, whose bootstrap carries that
+            # token, so a new one would lock its agent out until boot_timeout
+            # (issue 14). Only its hash is stored, so after a controller restart
+            # (token no longer in memory) it is minted anew.
+            token = self._tokens.get(inst.request_id)
+            if token is None:
+                token = self._tokens[inst.request_id] = self.token_factory(inst.id)
+                self.store.rotate_agent_token(inst.id, token)
         jobs = ",".join(j.id for j in step.snapshot.jobs_on(inst.id))
         request = LaunchRequest(
             request_id=inst.request_id,
@@ -153,6 +183,7 @@ class Executor:
         )
         inst.launch_attempts += 1
         after.touch_instance(inst)
+        self.before_cloud_call()
         try:
             made = provider.launch(request)
         except InsufficientCapacity as exc:
@@ -162,12 +193,25 @@ class Executor:
                 after.mark_unavailable(key, step.now + step.settings.capacity_backoff, str(exc))
             self._fail_launch(after, inst, f"insufficient capacity: {exc}")
         except QuotaExceeded as exc:
-            after.mark_unavailable(inst.offering.key, step.now + step.settings.capacity_backoff * 3, str(exc))
-            result.capacity_errors += 1
-            self._fail_launch(after, inst, f"quota exceeded: {exc}", permanent=True)
+            # Wait, never escalate: every offering the quota covers is marked unavailable
+            # (a global quota: the whole provider) and the step does not re-plan, so the
+            # jobs wait for the quota instead of climbing to bigger or pricier boxes
+            # (issue 14). Released capacity lifts the marks early (``_terminate``).
+            covered = [o for o in step.snapshot.offerings if exc.covers(o, failed=inst.offering)]
+            quota_keys = {inst.offering.key, *(o.key for o in covered)}
+            for key in sorted(quota_keys):
+                after.mark_unavailable(key, step.now + step.settings.quota_backoff, f"quota ({exc.scope.value}): {exc}")
+            self._quota_keys.setdefault(inst.provider, set()).update(quota_keys)
+            result.quotas.append((exc, inst.offering))
+            after.event("provider.quota", f"{inst.provider} quota exceeded ({exc.scope.value} scope): {len(quota_keys)} "
+                        f"offering(s) wait until capacity is released or {step.settings.quota_backoff} pass: {exc}",
+                        level="warning", instance=inst, scope=exc.scope.value)  # fmt: skip
+            self._fail_launch(after, inst, f"quota exceeded ({exc.scope.value}): {exc}")
         except Throttled as exc:
-            after.event("provider.throttled", f"launch of {inst.id} throttled; retrying next step ({exc})",
-                        level="warning", instance=inst)  # fmt: skip
+            until = step.now + timedelta(seconds=max(exc.retry_after, 0.0))
+            self.throttled_until[inst.provider] = until
+            after.event("provider.throttled", f"launch of {inst.id} throttled; no launch on {inst.provider} "
+                        f"before {until:%H:%M:%S} ({exc})", level="warning", instance=inst)  # fmt: skip
         except PermanentError as exc:
             after.mark_unavailable(inst.offering.key, step.now + step.settings.capacity_backoff * 6, str(exc))
             result.capacity_errors += 1
@@ -190,12 +234,14 @@ class Executor:
                 inst.address = cloud.address
                 after.instance_to(inst, I.PROVISIONING, reason=f"launched as {cloud.provider_id}")
                 result.launched.append(inst.id)
+        if inst.state is not I.REQUESTED:
+            self._tokens.pop(inst.request_id, None)  # settled: launched or failed
         self.store.commit(after.finalize(), now=step.now)
 
     def _fail_launch(self, after: StepState, inst: Instance, reason: str, *, permanent: bool = False) -> None:
         level = "error" if permanent else "warning"
         after.event("instance.launch_failed", f"{inst.id}: {reason}", level=level, instance=inst)
-        lose_instance(after, inst, reason=reason)
+        after.lose_instance(inst, reason=reason)
 
     # ------------------------------------------------------------ terminate
 
@@ -205,6 +251,7 @@ class Executor:
         if provider is None or inst.provider_id is None:
             after.instance_to(inst, I.TERMINATED, reason="nothing to terminate at the provider")
         else:
+            self.before_cloud_call()
             try:
                 provider.terminate([inst.provider_id], request_id=f"terminate-{inst.id}")
             except InstanceNotFound:
@@ -217,6 +264,8 @@ class Executor:
             else:
                 result.terminated.append(inst.id)
                 after.instance_to(inst, I.TERMINATED, reason="terminated")
+                for key in sorted(self._quota_keys.pop(inst.provider, ())):  # released: the quota may fit again
+                    after.mark_unavailable(key, step.now, f"{inst.provider} released {inst.id}: quota retried")
         self.store.commit(after.finalize(), now=step.now)
 
     def _log(self, step: StepState, kind: str, message: str, *, level: str) -> None:

@@ -65,10 +65,31 @@ def plan(
     result = Plan(step)
     with gc_paused():
         result.orphans = sync(step, observation or Observation())
-        result.commands = policy.decide(snapshot)
+        with retry_backoff(snapshot):
+            result.commands = policy.decide(snapshot)
         result.rejected = apply_commands(step, result.commands)
         release_drained(step)
     return result
+
+
+@contextmanager
+def retry_backoff(snapshot: Snapshot) -> Iterator[None]:
+    """Hide jobs waiting out a retry backoff (``Job.retry_not_before``) from the policy.
+
+    Design choice: a PENDING job holds no capacity, so leaving it out of the
+    policy's view changes nothing else; every policy (and baseline) gets the
+    backoff without knowing about it, and ``apply`` refuses a Bind of a held
+    job anyway. ``explain`` says why the job waits."""
+    held = {j.id: j for j in snapshot.jobs.values() if (t := j.retry_not_before) is not None and t > snapshot.now}
+    if not held:
+        yield
+        return
+    for job_id in held:
+        del snapshot.jobs[job_id]
+    try:
+        yield
+    finally:
+        snapshot.jobs.update(held)
 
 
 @contextmanager

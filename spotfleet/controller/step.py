@@ -12,10 +12,10 @@ from datetime import datetime
 
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.capacity import Usage
+from spotfleet.model.changes import AttemptEnd, AttemptRunning, AttemptStart, Changes, EventRecord
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import ACTIVE_JOB_STATES, Binding, Job, JobState
 from spotfleet.model.snapshot import Snapshot
-from spotfleet.store.store import AttemptEnd, AttemptRunning, AttemptStart, Changes, EventRecord
 
 
 @dataclass(slots=True)
@@ -93,6 +93,32 @@ class StepState:
         self._touch_job(job)
 
     # ------------------------------------------------------------ instances
+
+    def drain_jobs(self, inst: Instance, *, deadline: datetime, reason: str) -> None:
+        """Ask every job on ``inst`` to checkpoint and leave by ``deadline``; unstarted ones are simply re-placed."""
+        for job in self.snapshot.jobs_on(inst.id):
+            if job.state is JobState.RUNNING:
+                job.drain_deadline = deadline
+                self.job_to(job, JobState.DRAINING, reason=f"checkpoint requested: {reason}")
+            elif job.state is JobState.BOUND:
+                self.requeue(job, reason=f"not started yet; replaced: {reason}", outcome="unbound")
+            elif job.state is JobState.DRAINING and job.drain_deadline is not None:
+                job.drain_deadline = min(job.drain_deadline, deadline)
+                self.touch_job(job)
+
+    def lose_instance(self, inst: Instance, *, reason: str) -> None:
+        """The instance is gone: requeue its jobs from their last checkpoint."""
+        for job in self.snapshot.jobs_on(inst.id):
+            if job.state in ACTIVE_JOB_STATES:
+                if job.state is JobState.BOUND:
+                    self.requeue(job, reason=f"capacity lost before start: {reason}", outcome="unbound")
+                else:
+                    self.requeue(job, reason=f"instance lost: {reason}; resuming from last checkpoint",
+                                 outcome="lost", interrupted=True)  # fmt: skip
+        if inst.state is InstanceState.REQUESTED:
+            self.instance_to(inst, InstanceState.FAILED, reason=reason)
+        elif inst.live:
+            self.instance_to(inst, InstanceState.TERMINATED, reason=reason)
 
     def touch_instance(self, inst: Instance) -> None:
         if inst.id not in self.new_instances:

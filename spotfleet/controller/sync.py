@@ -8,6 +8,13 @@ Facts come from four places, each handled by one function, in this order:
    terminate leaked ones) and agent presence (registered, silent);
 4. node reports: started, exited with which code, last checkpoint, progress.
 
+A node the agent *refused* (it cannot give the job its GPU share there: no
+MIG device of its profile, MIG mode off…) puts the job back in the queue —
+not a failure — and the agent's report marks the instance type unfit, so the
+planner does not send it back. A node the agent *stopped* for going over its
+GPU memory share fails the job with the agent's reason and no retry: the
+same job would exceed the same share again.
+
 Exit codes: 0 is success; ``CHECKPOINTED_EXIT_CODE`` means "I saved a checkpoint,
 resume me" (an interruption, not a failure); anything else is a failure, retried
 up to ``max_retries`` — except while draining, where a kill after the grace
@@ -18,16 +25,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from spotfleet.checkpoint import CHECKPOINTED_EXIT_CODE  # "checkpointed, resume me" (docs/checkpointing.md)
 from spotfleet.controller.step import StepState
+from spotfleet.model.changes import PendingNotice
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
-from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
+from spotfleet.model.job import (
+    ACTIVE_JOB_STATES,
+    NODE_FAILED,
+    RETRY_BACKOFF_BASE,
+    RETRY_BACKOFF_MAX,
+    RETRY_REASON,
+    Job,
+    JobState,
+    node_failure,
+)
 from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import NodeReport
 from spotfleet.providers.base import CloudState, ProviderInstance
-from spotfleet.store.store import PendingNotice
+from spotfleet.wire import CHECKPOINTED_EXIT_CODE  # "checkpointed, resume me" (docs/checkpointing.md)
 
 I = InstanceState  # noqa: E741
 J = JobState
@@ -82,55 +98,28 @@ def apply_notices(step: StepState, notices: Sequence[PendingNotice]) -> None:
 def handle_notice(step: StepState, inst: Instance, event: InstanceEvent) -> None:
     """Drain on a reclaim notice; cordon on a soft one. Idempotent per (instance, kind)."""
     if event.kind is NoticeKind.TERMINATED:
-        lose_instance(step, inst, reason=f"terminated by the cloud ({event.source or 'event'})")
+        step.lose_instance(inst, reason=f"terminated by the cloud ({event.source or 'event'})")
         return
     if event.kind.hard:
-        if inst.state in (I.DRAINING, I.TERMINATING) and inst.notice_kind == event.kind.value:
+        if inst.state in (I.DRAINING, I.TERMINATING) and inst.notice_kind is event.kind:
             return  # duplicate notice
         deadline = event.deadline or step.now + step.settings.drain_grace
         if inst.market is Market.SPOT:
             step.mark_unavailable(inst.offering.key, step.now + step.settings.interrupted_backoff,
                                   f"spot interruption of {inst.id}")  # fmt: skip
-        inst.notice_kind, inst.notice_deadline, inst.cordoned = event.kind.value, deadline, True
+        inst.notice_kind, inst.notice_deadline, inst.cordoned = event.kind, deadline, True
         if inst.state in (I.PROVISIONING, I.RUNNING):
             step.instance_to(inst, I.DRAINING, reason=f"{event.kind.value} notice, reclaim at {deadline:%H:%M:%S}")
         else:
             step.touch_instance(inst)
-        drain_jobs(step, inst, deadline=deadline, reason=f"{event.kind.value} on {inst.id}")
+        step.drain_jobs(inst, deadline=deadline, reason=f"{event.kind.value} on {inst.id}")
         return
     # soft signals: rebalance recommendation, maintenance: no new placements here
     if not inst.cordoned or inst.notice_kind is None:
-        inst.cordoned, inst.notice_kind = True, event.kind.value
+        inst.cordoned, inst.notice_kind = True, event.kind
         inst.notice_deadline = event.deadline
         step.touch_instance(inst)
         step.event("instance.cordoned", f"{inst.id} cordoned: {event.kind.value}", instance=inst)
-
-
-def drain_jobs(step: StepState, inst: Instance, *, deadline: datetime, reason: str) -> None:
-    for job in step.snapshot.jobs_on(inst.id):
-        if job.state is J.RUNNING:
-            job.drain_deadline = deadline
-            step.job_to(job, J.DRAINING, reason=f"checkpoint requested: {reason}")
-        elif job.state is J.BOUND:
-            step.requeue(job, reason=f"not started yet; replaced: {reason}", outcome="unbound")
-        elif job.state is J.DRAINING and job.drain_deadline is not None:
-            job.drain_deadline = min(job.drain_deadline, deadline)
-            step.touch_job(job)
-
-
-def lose_instance(step: StepState, inst: Instance, *, reason: str) -> None:
-    """The instance is gone: requeue its jobs from their last checkpoint."""
-    for job in step.snapshot.jobs_on(inst.id):
-        if job.state in ACTIVE_JOB_STATES:
-            if job.state is J.BOUND:
-                step.requeue(job, reason=f"capacity lost before start: {reason}", outcome="unbound")
-            else:
-                step.requeue(job, reason=f"instance lost: {reason}; resuming from last checkpoint",
-                             outcome="lost", interrupted=True)  # fmt: skip
-    if inst.state is I.REQUESTED:
-        step.instance_to(inst, I.FAILED, reason=reason)
-    elif inst.live:
-        step.instance_to(inst, I.TERMINATED, reason=reason)
 
 
 # ---------------------------------------------------------------- 3. listing & presence
@@ -149,12 +138,12 @@ def apply_listing(step: StepState, listed: Mapping[str, Sequence[ProviderInstanc
                 if cloud is not None and cloud.state is not CloudState.TERMINATED:
                     adopt(step, inst, cloud)
                 elif now - inst.created_at > settings.request_timeout:
-                    lose_instance(step, inst, reason="launch never confirmed by the cloud")
+                    step.lose_instance(inst, reason="launch never confirmed by the cloud")
                 continue
             if cloud is None or cloud.state is CloudState.TERMINATED:
                 if cloud is None and now - (inst.launched_at or inst.created_at) < settings.vanish_grace:
                     continue  # eventual consistency: too new to be missing
-                lose_instance(step, inst, reason="no longer listed by the cloud" if cloud is None else "terminated")
+                step.lose_instance(inst, reason="no longer listed by the cloud" if cloud is None else "terminated")
             elif inst.address != cloud.address and cloud.address:
                 inst.address = cloud.address
                 step.touch_instance(inst)
@@ -178,7 +167,7 @@ def apply_presence(step: StepState) -> None:
             if seen is not None:
                 step.instance_to(inst, I.RUNNING, reason="agent registered")
             elif inst.launched_at and now - inst.launched_at > settings.boot_timeout:
-                drain_jobs(step, inst, deadline=now, reason="agent never registered")
+                step.drain_jobs(inst, deadline=now, reason="agent never registered")
                 for job in step.snapshot.jobs_on(inst.id):
                     if job.state is J.DRAINING:
                         step.requeue(job, reason="agent never registered", outcome="lost")
@@ -202,7 +191,7 @@ def apply_reports(step: StepState) -> None:
     for job in list(step.snapshot.jobs.values()):
         if job.state not in ACTIVE_JOB_STATES or not job.bindings:
             continue
-        nodes = [reports.get((job.id, job.attempt, b.node_rank)) for b in job.bindings]
+        nodes = [_own_report(reports.get((job.id, job.attempt, b.node_rank)), b.instance_id) for b in job.bindings]
         seen = [r for r in nodes if r is not None]
         for r in seen:
             if r.checkpoint is not None and (job.checkpoint is None or r.checkpoint.at > job.checkpoint.at):
@@ -211,14 +200,35 @@ def apply_reports(step: StepState) -> None:
             if r.progress and dict(r.progress) != job.progress and r.node_rank == 0:
                 job.progress = dict(r.progress)
                 step.touch_job(job)
+        refused = [r for r in seen if r.status == "refused"]
+        if refused:
+            r = refused[0]
+            step.requeue(job, reason=f"refused by the agent on {r.instance_id}: {r.message or 'no reason given'}",
+                         outcome="refused")  # fmt: skip
+            continue
         exited = [r for r in seen if r.status == "exited"]
-        if exited:
-            settle_exit(step, job, exit_codes=[r.exit_code for r in exited], all_exited=len(exited) == len(nodes))
+        stopped = [r.message for r in exited if r.message]
+        if stopped and any(r.exit_code != 0 for r in exited):
+            if job.state is J.BOUND:
+                step.job_to(job, J.RUNNING, reason="started")
+            job.exit_code = next((r.exit_code for r in exited if r.exit_code != 0), None)
+            step.job_to(job, J.FAILED, reason=f"stopped by the agent: {stopped[0]}", outcome="stopped")
+        elif exited:
+            blame = next((b for r in exited if (b := node_failure(r.exit_code, r.node_error))), None)
+            settle_exit(step, job, exit_codes=[r.exit_code for r in exited], all_exited=len(exited) == len(nodes),
+                        node_blame=blame)  # fmt: skip
         elif job.state is J.BOUND and len(seen) == len(nodes):
             step.job_to(job, J.RUNNING, reason="started on every node")
 
 
-def settle_exit(step: StepState, job: Job, *, exit_codes: list[int | None], all_exited: bool) -> None:
+def _own_report(report: NodeReport | None, instance_id: str) -> NodeReport | None:
+    """A node's report counts only when it came from the instance the node is bound to."""
+    return report if report is not None and report.instance_id == instance_id else None
+
+
+def settle_exit(
+    step: StepState, job: Job, *, exit_codes: list[int | None], all_exited: bool, node_blame: str | None = None
+) -> None:
     codes = [c if c is not None else -1 for c in exit_codes]
     failed = [c for c in codes if c not in (0, CHECKPOINTED_EXIT_CODE)]
     if job.state is J.BOUND:
@@ -239,10 +249,19 @@ def settle_exit(step: StepState, job: Job, *, exit_codes: list[int | None], all_
                      outcome="interrupted", interrupted=True)  # fmt: skip
         return
     job.failures += 1
+    outcome = NODE_FAILED if node_blame else "failed"
     if job.failures > job.spec.max_retries:
-        step.job_to(job, J.FAILED, reason=f"exited {code}; no retries left ({job.spec.max_retries})", outcome="failed")
+        step.job_to(job, J.FAILED, reason=f"exited {code}; no retries left ({job.spec.max_retries})", outcome=outcome)
     else:
-        step.requeue(job, reason=f"exited {code}; retry {job.failures}/{job.spec.max_retries}", outcome="failed")
+        # Backoff and avoidance (issue 14): the retry waits (``Job.retry_not_before``),
+        # and after a node-looking failure it keeps off the instance (``Snapshot.avoid``).
+        where = ", ".join(sorted(set(job.instance_ids)))
+        delay = min(RETRY_BACKOFF_BASE * (1 << min(job.failures - 1, 20)), RETRY_BACKOFF_MAX).total_seconds()
+        avoid = f"; {node_blame}: avoiding {where}" if node_blame else ""
+        if node_blame:
+            step.snapshot.avoid[job.id] = step.snapshot.avoid.get(job.id, frozenset()) | set(job.instance_ids)
+        step.requeue(job, reason=f"{RETRY_REASON} {code}; retry {job.failures}/{job.spec.max_retries} "
+                                 f"in {delay:.0f}s{avoid}", outcome=outcome)  # fmt: skip
 
 
 def update_idle(step: StepState) -> None:

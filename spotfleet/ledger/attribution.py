@@ -17,6 +17,9 @@ attempts that held its GPUs and idle:
   happened yet. After that, ``useful`` — except the part of an interrupted
   attempt whose steps were rolled back to the last checkpoint and done again by
   a later attempt: ``redone`` (its fraction comes from ``AttemptSpan.redone``).
+- A failure is not an interruption: all the time of an attempt that ended in
+  a failure (the job exited non-zero), and the start-up of the retry that
+  follows it, is ``failed`` — a cost of the job's bug, not of spot.
 
 Each segment's cost is rounded once to a micro-dollar and split over
 (attempt, phase, day, window) keys by largest remainder, so for every instance
@@ -40,6 +43,7 @@ from fractions import Fraction
 
 from spotfleet.ledger import money
 from spotfleet.ledger.billing import BillingRule, rule_for
+from spotfleet.model.job import is_failure_outcome
 
 MIG_SLICES_PER_GPU = 7
 
@@ -49,6 +53,7 @@ class Phase(enum.StrEnum):
     RESTART = "restart"  # later attempts: bind → first progress (an interruption's overhead)
     USEFUL = "useful"  # progress that was kept
     REDONE = "redone"  # progress lost to a rollback and computed again later
+    FAILED = "failed"  # held by an attempt that failed (exit ≠ 0), or restarting after one
     IDLE = "idle"  # paid, held by no job
     BILLING_MINIMUM = "billing_minimum"  # paid because of the provider's minimum, after the end
 
@@ -90,6 +95,7 @@ class AttemptSpan:
     productive_from: datetime | None = None  # first progress (or process start); None: never worked
     redone: Fraction = Fraction(0)  # fraction of the productive time whose work was rolled back
     outcome: str | None = None
+    after_failure: bool = False  # the previous attempt of this node failed: its start-up is a retry
     gpu_share: float | None = None  # GPUs' worth held, when the binding recorded it (fractions of a GPU)
     tenant: str = ""
     family: str = ""
@@ -276,7 +282,11 @@ def _split_redone(line: Line, fraction: Fraction) -> list[Line]:
 
 
 def _phase(a: AttemptSpan, at: datetime) -> Phase:
+    if is_failure_outcome(a.outcome):
+        return Phase.FAILED
     if a.productive_from is None or at < a.productive_from:
+        if a.after_failure:
+            return Phase.FAILED
         return Phase.STARTUP if a.attempt <= 1 else Phase.RESTART
     return Phase.USEFUL
 

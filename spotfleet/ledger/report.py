@@ -4,7 +4,9 @@ Totals: what was paid, the spot share, what on-demand would have cost for the
 same attributed time (the counterfactual, priced per segment at the same
 instance type's on-demand price in the same region), the savings, idle cost
 (paid, held by no job, including billing minimums), interruption cost
-(restart overhead + redone work), and dollars per GPU-hour — paid (all GPU-hours
+(restart overhead + redone work), failure cost (attempts that exited non-zero
+and the start-up of their retries: a bug's cost, never filed under
+interruptions), and dollars per GPU-hour — paid (all GPU-hours
 bought) and effective (GPU-hours jobs held). Rows group by any of
 ``tenant, job, family, instance-type, region, market, day``; idle lines get
 ``(idle)`` for the job-side keys, so every table sums to the total.
@@ -21,7 +23,7 @@ from typing import Any
 
 from spotfleet.ledger import money
 from spotfleet.ledger.attribution import Line, Phase
-from spotfleet.ledger.usage import AttemptUsage
+from spotfleet.ledger.types import AttemptUsage
 
 IDLE = "(idle)"
 GROUPS: dict[str, Callable[[Line], str]] = {
@@ -47,6 +49,7 @@ class Sums:
     startup: int = 0
     restart: int = 0
     redone: int = 0
+    failed: int = 0
     bound_idle: Fraction = field(default_factory=Fraction)  # cost of held GPUs that sat under 5 %
     gpu_seconds: Fraction = field(default_factory=Fraction)
     used_gpu_seconds: Fraction = field(default_factory=Fraction)
@@ -69,6 +72,8 @@ class Sums:
                 self.restart += line.cost
             elif line.phase is Phase.REDONE:
                 self.redone += line.cost
+            elif line.phase is Phase.FAILED:
+                self.failed += line.cost
             if line.phase in (Phase.USEFUL, Phase.REDONE) and idle_fraction:
                 self.bound_idle += Fraction(line.cost) * Fraction(idle_fraction)
 
@@ -101,6 +106,7 @@ class Sums:
             "restart_overhead_cost": _usd(self.restart),
             "redone_work_cost": _usd(self.redone),
             "interruption_cost": _usd(self.interruption),
+            "failed_attempts_cost": _usd(self.failed),
             "gpu_idle_while_bound_cost": _usd(money.round_half_up(self.bound_idle)),
             "gpu_hours_paid": round(gpu_h, 6),
             "gpu_hours_used": round(used_h, 6),
@@ -222,6 +228,11 @@ class AttemptCost:
             "mean_gpu_utilization_pct": u.mean_utilization_pct if u else None,
             "resumed_from_step": u.resume_step if u else None,
             "last_step": u.last_step if u else None,
+            "isolation": u.isolation if u else None,
+            "isolation_detail": u.isolation_phrase if u and u.isolation else None,
+            "isolation_note": u.isolation_note if u else None,
+            "gpu_share_given": u.given_share if u else None,
+            "gpu_share_used": round(u.mean_used_share, 4) if u and u.mean_used_share is not None else None,
         }  # fmt: skip
 
 

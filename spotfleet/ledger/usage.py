@@ -1,7 +1,8 @@
 """What each job attempt did with its GPUs, recorded from agent heartbeats.
 
-The heartbeat path (``Controller.heartbeat``) calls ``UsageRecorder.observe``
-once per beat. It keeps one ``attempt_usage`` row per node of each attempt:
+The heartbeat path (``AgentGateway.heartbeat``) asks ``UsageRecorder.fold``
+for the folds of each beat and the store applies them in the heartbeat's one
+transaction. One ``attempt_usage`` row per node of each attempt:
 
 - progress: the first step reported beyond the checkpoint the attempt resumed
   from (``first_progress_at``: the end of its startup/restart overhead), the
@@ -9,7 +10,10 @@ once per beat. It keeps one ``attempt_usage`` row per node of each attempt:
   computes the work an interruption rolled back (``redone_fraction``);
 - GPU use from the agent's NVML telemetry: samples, mean utilisation, samples
   under the idle threshold, peak memory (the forecasts read these for
-  right-sizing through ``job_gpu_usage``).
+  right-sizing through ``job_gpu_usage``);
+- the GPU partition as the agent applied it: isolation (MIG device, MPS
+  share, time-sliced = "shared, not isolated", whole GPUs), the share of a GPU
+  given, the share of SM time used (interference) and the memory limit.
 
 Design choice: this is an inbox table like ``node_reports``, written only here,
 never by the reconcile step, so the single-writer rule for lifecycle columns
@@ -23,13 +27,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fractions import Fraction
+from functools import partial
 from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
-
-from spotfleet.store.schema import AttemptUsageRow, JobRow
-from spotfleet.store.store import EventRecord, Store
+from spotfleet.ledger.types import AttemptUsage, UsageCounters
+from spotfleet.model.changes import EventRecord, UsageUpdate
+from spotfleet.store.store import Store
 from spotfleet.wire import Heartbeat, JobStatus
 
 IDLE_UTILIZATION_PCT = 5.0
@@ -89,58 +92,37 @@ class IdleWatch:
 
 
 class UsageRecorder:
-    def __init__(self, store: Store, *, idle: IdleWatch | None = None) -> None:
-        self.store = store
+    """Turns heartbeats into usage folds and idle alerts; writes nothing itself
+    (the gateway hands both to ``Store.agent_exchange``, one transaction)."""
+
+    def __init__(self, *, idle: IdleWatch | None = None) -> None:
         self.idle = idle or IdleWatch()
 
-    def observe(self, instance_id: str, beat: Heartbeat, *, now: datetime) -> None:
-        """Fold one heartbeat into the usage rows (and the idle watch)."""
+    def fold(self, instance_id: str, beat: Heartbeat, jobs: Iterable[JobStatus], *, now: datetime,
+             jobs_bound: bool) -> tuple[list[UsageUpdate], list[EventRecord]]:  # fmt: skip
+        """The usage folds for ``jobs`` (the beat's statuses this instance may speak
+        for) and, once per idle stretch, an ``instance.gpus_idle`` event."""
         per_job = telemetry_jobs(beat.telemetry)
-        if beat.jobs:
-            with self.store.session() as s, s.begin():
-                for j in beat.jobs:
-                    row = s.get(AttemptUsageRow, (j.job_id, j.attempt, j.node_rank))
-                    if row is None:
-                        resume = _resume_step(s, j.job_id, j.attempt)
-                        row = AttemptUsageRow(job_id=j.job_id, attempt=j.attempt, node_rank=j.node_rank,
-                                              instance_id=instance_id, resume_step=resume, gpu_samples=0,
-                                              gpu_util_sum=0.0, gpu_idle_samples=0, peak_gpu_memory_mib=0.0,
-                                              gpu_memory_total_mib=0.0, updated_at=now)  # fmt: skip
-                        s.add(row)
-                    _fold(row, j, per_job.get((j.job_id, j.attempt, j.node_rank)), now=now,
-                          threshold=self.idle.threshold_pct)  # fmt: skip
-        if beat.telemetry.get("gpus"):
-            bound = bool(beat.jobs) or bool(self.store.open_attempts_on(instance_id))
-            if self.idle.update(instance_id, beat.telemetry, jobs_bound=bound, now=now):
-                util = instance_utilization(beat.telemetry)
-                self.store.add_event(EventRecord(
-                    at=now, kind="instance.gpus_idle", level="warning", instance_id=instance_id,
-                    message=f"{instance_id}: GPUs under {self.idle.threshold_pct:g}% for "
-                            f"{self.idle.after.total_seconds() / 60:g} min while jobs are bound (now {util or 0:.1f}%)",
-                    data={"jobs": sorted({j.job_id for j in beat.jobs}), "utilization_pct": util},
-                ))  # fmt: skip
+        threshold = self.idle.threshold_pct
+        updates: list[UsageUpdate] = [
+            ((j.job_id, j.attempt, j.node_rank),
+             partial(fold_usage, j=j, gpu=per_job.get((j.job_id, j.attempt, j.node_rank)), now=now, threshold=threshold))
+            for j in jobs
+        ]  # fmt: skip
+        events: list[EventRecord] = []
+        if beat.telemetry.get("gpus") and self.idle.update(instance_id, beat.telemetry, jobs_bound=jobs_bound, now=now):
+            util = instance_utilization(beat.telemetry)
+            events.append(EventRecord(
+                at=now, kind="instance.gpus_idle", level="warning", instance_id=instance_id,
+                message=f"{instance_id}: GPUs under {threshold:g}% for "
+                        f"{self.idle.after.total_seconds() / 60:g} min while jobs are bound (now {util or 0:.1f}%)",
+                data={"jobs": sorted({j.job_id for j in beat.jobs}), "utilization_pct": util},
+            ))  # fmt: skip
+        return updates, events
 
 
-def _resume_step(s: Session, job_id: str, attempt: int) -> int | None:
-    """The checkpoint step an attempt resumed from: the newest one earlier attempts
-    reported here, or the job's resume pointer when it predates this table."""
-    steps = [
-        s.scalar(
-            select(func.max(AttemptUsageRow.checkpoint_step)).where(
-                AttemptUsageRow.job_id == job_id, AttemptUsageRow.attempt < attempt
-            )
-        )
-    ]
-    job = s.get(JobRow, job_id)
-    ckpt = job.checkpoint if job is not None else None
-    if isinstance(ckpt, dict) and _int(ckpt.get("attempt")) is not None and ckpt["attempt"] < attempt:
-        steps.append(_int(ckpt.get("step")))
-    known = [x for x in steps if x is not None]
-    return max(known) if known else None
-
-
-def _fold(row: AttemptUsageRow, j: JobStatus, gpu: Mapping[str, Any] | None, *, now: datetime,
-          threshold: float) -> None:  # fmt: skip
+def fold_usage(row: UsageCounters, j: JobStatus, gpu: Mapping[str, Any] | None, *, now: datetime,
+                threshold: float) -> None:  # fmt: skip
     row.updated_at = now
     step = _int(j.progress.get("step"))
     if step is not None:
@@ -165,44 +147,27 @@ def _fold(row: AttemptUsageRow, j: JobStatus, gpu: Mapping[str, Any] | None, *, 
         total = _num(gpu.get("memory_total_mib"))
         if total is not None:
             row.gpu_memory_total_mib = total
+        given, used, limit = (
+            _num(gpu.get("given_share")),
+            _num(gpu.get("used_share")),
+            _num(gpu.get("memory_limit_mib")),
+        )
+        if given is not None:
+            row.given_share = given
+        if used is not None:
+            row.share_samples = (row.share_samples or 0) + 1
+            row.used_share_sum = (row.used_share_sum or 0.0) + used
+        if limit is not None:
+            row.memory_limit_mib = limit
+    if j.isolation is not None:
+        row.isolation, row.isolation_note = j.isolation, j.isolation_note
 
 
 # ------------------------------------------------------------ readers
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptUsage:
-    job_id: str
-    attempt: int
-    node_rank: int
-    resume_step: int | None
-    first_progress_at: datetime | None
-    last_step: int | None
-    checkpoint_step: int | None
-    gpu_samples: int
-    mean_utilization_pct: float | None
-    idle_fraction: float
-    peak_gpu_memory_mib: float
-    gpu_memory_total_mib: float
-
-
 def load_usage(store: Store, job_ids: Iterable[str] | None = None) -> dict[tuple[str, int, int], AttemptUsage]:
-    query = select(AttemptUsageRow)
-    if job_ids is not None:
-        query = query.where(AttemptUsageRow.job_id.in_(list(job_ids)))
-    with store.session() as s:
-        rows = list(s.scalars(query))
-    return {
-        (r.job_id, r.attempt, r.node_rank): AttemptUsage(
-            job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, resume_step=r.resume_step,
-            first_progress_at=r.first_progress_at, last_step=r.last_step, checkpoint_step=r.checkpoint_step,
-            gpu_samples=r.gpu_samples or 0,
-            mean_utilization_pct=(r.gpu_util_sum / r.gpu_samples) if r.gpu_samples else None,
-            idle_fraction=(r.gpu_idle_samples / r.gpu_samples) if r.gpu_samples else 0.0,
-            peak_gpu_memory_mib=r.peak_gpu_memory_mib or 0.0, gpu_memory_total_mib=r.gpu_memory_total_mib or 0.0,
-        )
-        for r in rows
-    }  # fmt: skip
+    return store.attempt_usage(job_ids)
 
 
 def job_gpu_usage(store: Store, job_id: str) -> dict[str, float | None]:

@@ -9,31 +9,55 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, WithJsonSchema
 
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|d|h|m|s)")
 
 
+MAX_DURATION = timedelta(days=365)
+
+
 def parse_duration(value: Any) -> timedelta:
-    """Parse a duration; raise ``ValueError`` with the accepted forms."""
+    """Parse a duration (at most ``MAX_DURATION``); raise ``ValueError`` with the accepted forms."""
+    try:
+        delta = _parse(value)
+    except OverflowError:  # timedelta(seconds=1e20), "inf": the number is out of range
+        raise ValueError(f"a duration is at most {MAX_DURATION.days} days") from None
+    if delta > MAX_DURATION:
+        raise ValueError(f"a duration is at most {MAX_DURATION.days} days (got {value!r})")
+    return delta
+
+
+def _parse(value: Any) -> timedelta:
     if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise ValueError("a duration cannot be negative")
         return value
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 90, '90s', '30m' or '2h30m'")
     if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("a duration must be a finite number of seconds")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return timedelta(seconds=float(value))
     if isinstance(value, str):
         text = value.strip().lower().replace(" ", "")
         if text.startswith("pt") or text.startswith("p"):
-            from pydantic import TypeAdapter
+            from pydantic import TypeAdapter, ValidationError
 
-            return TypeAdapter(timedelta).validate_python(value)
+            try:
+                return TypeAdapter(timedelta).validate_python(value)
+            except ValidationError:
+                raise ValueError(f"cannot read {value!r} as an ISO 8601 duration such as PT2H") from None
         try:
             seconds = float(text)
-        except ValueError:
+            if seconds != seconds or seconds in (float("inf"), float("-inf")):
+                raise ValueError(f"cannot read {value!r} as a duration; give a finite number of seconds")
+        except ValueError as exc:
+            if "finite" in str(exc):
+                raise
             pos, seconds = 0, 0.0
             for match in _PART.finditer(text):
                 if match.start() != pos:
@@ -50,7 +74,14 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError("expected a duration such as 90, '90s', '30m' or '2h30m'")
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+DURATION_SCHEMA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "examples": ["90s", "30m", "2h30m", "1d", "PT2H"]},
+        {"type": "number", "minimum": 0, "description": "seconds"},
+    ],
+    "description": "a duration: 90 (seconds), '90s', '30m', '2h30m', '1d' or ISO 8601 ('PT2H')",
+}
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 
 def format_duration(delta: timedelta | float) -> str:

@@ -24,6 +24,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.offering import Market, Offering
 from spotfleet.model.statemachine import StateMachine, TransitionRecord
 
@@ -99,8 +100,10 @@ class Instance:
     launch_attempts: int = 0
     address: str | None = None
     cordoned: bool = False  # no new placements
-    reserved_for: str | None = None  # replacement bought for this job ahead of a reclaim
-    notice_kind: str | None = None
+    reserved_for: str | None = (
+        None  # replacement bought for this job ahead of a reclaim, or drained to free budget for it
+    )
+    notice_kind: NoticeKind | None = None
     notice_deadline: datetime | None = None
     message: str = ""
     history: list[TransitionRecord] = field(default_factory=list)
@@ -129,13 +132,7 @@ class Instance:
 
     def transition(self, to: InstanceState, *, at: datetime, reason: str = "") -> None:
         """Move to ``to`` or raise ``IllegalTransition``; records history."""
-        if to is self.state:
+        if not INSTANCE_MACHINE.move(self, to, at=at, reason=reason, what=self.id):
             return
-        INSTANCE_MACHINE.check(self.state, to, what=self.id)
-        self.history.append(TransitionRecord(self.state.value, to.value, at, reason))
-        self.state = to
-        self.state_since = at
-        if reason:
-            self.message = reason
         if to in TERMINAL_INSTANCE_STATES and self.terminated_at is None:
             self.terminated_at = at

@@ -15,8 +15,9 @@ Any non-terminal state can go to CANCELLED.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from spotfleet.model.spec import JobSpec
@@ -72,6 +73,35 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     J.CANCELLED: frozenset(),
 }
 TERMINAL_JOB_STATES = frozenset({J.SUCCEEDED, J.FAILED, J.CANCELLED})
+
+# Retries after a failure wait RETRY_BACKOFF_BASE × 2^(failures-1), at most RETRY_BACKOFF_MAX.
+RETRY_BACKOFF_BASE = timedelta(seconds=15)
+RETRY_BACKOFF_MAX = timedelta(minutes=10)
+RETRY_REASON = "exited"  # the reason of a failure's requeue starts with this (``Job.retry_not_before``)
+NODE_FAILED = "failed:node"  # attempt outcome: a failure that looks like the node's, not the job's
+# Text in a failed job's last output that blames the node: CUDA/NVML errors, Xid, ECC, a GPU off the bus.
+NODE_ERROR_TEXT = re.compile(
+    r"CUDA[ _]error|CUDA_ERROR_\w+|cudaError\w*|NVML[ _]?(error|ERROR)|NVMLError\w*|Xid\b|"
+    r"uncorrectable ECC|GPU is lost|fallen off the bus|unknown error.*cuda",
+    re.IGNORECASE,
+)
+
+
+def is_failure_outcome(outcome: str | None) -> bool:
+    """``failed`` or ``failed:node`` (an attempt that ended in a non-zero exit)."""
+    return outcome is not None and outcome.split(":")[0] == "failed"
+
+
+def node_failure(exit_code: int | None, text: str | None) -> str | None:
+    """Why a failure looks like the node's fault, or None: killed by a signal
+    (a negative return code, or 129–159 from a shell), or CUDA/NVML error text."""
+    if exit_code is not None and (exit_code < 0 or 128 < exit_code < 160):
+        sig = -exit_code if exit_code < 0 else exit_code - 128
+        return f"killed by signal {sig}"
+    match = NODE_ERROR_TEXT.search(text or "")
+    return f"GPU error in its output: {match.group(0)!r}" if match else None
+
+
 ACTIVE_JOB_STATES = frozenset({J.BOUND, J.RUNNING, J.DRAINING})
 
 JOB_MACHINE: StateMachine[JobState] = StateMachine("job", JOB_TRANSITIONS, TERMINAL_JOB_STATES)
@@ -165,13 +195,35 @@ class Job:
     def instance_ids(self) -> tuple[str, ...]:
         return tuple(b.instance_id for b in self.bindings)
 
+    @property
+    def retry_not_before(self) -> datetime | None:
+        """When a job requeued after a failure may run again (exponential
+        backoff), or None when it is not waiting for a retry."""
+        if self.state is not J.PENDING or self.failures <= 0 or not self.history:
+            return None
+        last = self.history[-1]
+        if last.to_state != J.PENDING.value or not last.reason.startswith(RETRY_REASON):
+            return None
+        delay = min(RETRY_BACKOFF_BASE * (1 << min(self.failures - 1, 20)), RETRY_BACKOFF_MAX)
+        return last.at + delay
+
+    @property
+    def runs(self) -> int:
+        """Attempts that actually started (BOUND → RUNNING), counting the current one
+        once it has started. ``attempt`` numbers every binding, including those whose
+        capacity never came (a launch that failed for capacity or quota): it is the
+        identity of a binding; ``runs`` is what a user calls an attempt (issue 14)."""
+        return sum(1 for h in self.history if h.from_state == J.BOUND.value and h.to_state == J.RUNNING.value)
+
+    @property
+    def run_number(self) -> int:
+        """The run the current binding is (1-based): ``SPOTFLEET_ATTEMPT`` of the job's process."""
+        last_bound = max((n for n, h in enumerate(self.history) if h.to_state == J.BOUND.value), default=0)
+        started = any(
+            h.from_state == J.BOUND.value and h.to_state == J.RUNNING.value for h in self.history[last_bound:]
+        )
+        return self.runs + (0 if started else 1)
+
     def transition(self, to: JobState, *, at: datetime, reason: str = "") -> None:
         """Move to ``to`` or raise ``IllegalTransition``; records history."""
-        if to is self.state:
-            return
-        JOB_MACHINE.check(self.state, to, what=self.id)
-        self.history.append(TransitionRecord(self.state.value, to.value, at, reason))
-        self.state = to
-        self.state_since = at
-        if reason:
-            self.message = reason
+        JOB_MACHINE.move(self, to, at=at, reason=reason, what=self.id)

@@ -60,6 +60,11 @@ class Offering:
     available: bool = True
     nvlink: bool = False
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # GPU partitioning (spotfleet.model.partition), set by the controller from its config and
+    # from what agents reported: the declared MIG layout of each GPU, and why MIG profiles
+    # ("*": all of them) cannot be had on this instance type.
+    mig_layout: tuple[str, ...] = field(default=(), compare=False)
+    mig_unfit: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def key(self) -> str:
@@ -76,6 +81,13 @@ class Offering:
 
     def with_price(self, price: float, *, source: str, observed_at: datetime | None) -> Offering:
         return replace(self, price_per_hour=price, price_source=source, price_observed_at=observed_at)
+
+    def mig_unfit_reason(self, profile: str) -> str | None:
+        """Why agents said ``profile`` cannot be had here (``None``: no report against it)."""
+        for key, reason in self.mig_unfit:
+            if key in ("*", profile):
+                return reason
+        return None
 
     def rejection(self, req: NodeRequirements) -> str | None:
         """Why this offering cannot host one node of ``req``; ``None`` if it can."""

@@ -29,11 +29,13 @@ class NodeReport:
     attempt: int
     node_rank: int
     instance_id: str
-    status: str  # started | running | exited
+    status: str  # started | running | exited | refused
     exit_code: int | None = None
     checkpoint: Checkpoint | None = None
     progress: Mapping[str, Any] = field(default_factory=dict)
     reported_at: datetime | None = None
+    message: str | None = None  # why the agent refused or stopped this node
+    node_error: str | None = None  # the failed job's output blamed the node (CUDA/NVML error text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class AgentPresence:
     instance_id: str
     registered_at: datetime
     last_seen: datetime
+    mig_unfit: tuple[tuple[str, str], ...] = ()  # (profile or "*", why the agent cannot provide it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class Snapshot:
     presence: dict[str, AgentPresence] = field(default_factory=dict)
     events: list[InstanceEvent] = field(default_factory=list)
     unavailable: dict[str, datetime] = field(default_factory=dict)  # offering key -> until
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)  # job -> instances its retries keep off
     budgets: tuple[Budget, ...] = ()
     new_id: Callable[[str], str] = field(default_factory=lambda: random_ids())
     # History for forecasts (policies/forecast.py); empty means "use the priors".
@@ -170,6 +174,7 @@ class Drain:
     reason: str
     kind: NoticeKind | None = None
     deadline: datetime | None = None
+    for_job: str | None = None  # preempted to free budget for this job: the instance's spend is held for it
 
 
 @dataclass(frozen=True, slots=True)

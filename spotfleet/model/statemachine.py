@@ -1,9 +1,10 @@
 """Enforced state machines with a timestamped history.
 
 Every lifecycle in spotfleet (jobs, instances) is an enum plus a transition table
-``dict[State, frozenset[State]]`` with one comment per edge. ``advance()`` refuses
-any move the table does not list (``IllegalTransition``) and appends a record to
-the entity's history; stuck-state timeouts and ``spotfleet explain`` read it.
+``dict[State, frozenset[State]]`` with one comment per edge. ``StateMachine.move``
+(what ``Job.transition`` and ``Instance.transition`` call) refuses any move the
+table does not list (``IllegalTransition``) and appends a record to the entity's
+history; stuck-state timeouts and ``spotfleet explain`` read it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from spotfleet.errors import IllegalTransition
 
@@ -56,3 +57,24 @@ class StateMachine(Generic[S]):
             raise IllegalTransition(
                 f"{self.name} {what}: illegal transition {current.value} -> {target.value} (allowed from {current.value}: {allowed})"
             )
+
+    def move(self, entity: Stateful[S], to: S, *, at: datetime, reason: str, what: str) -> bool:
+        """Move ``entity`` to ``to`` (checked, recorded). False if it is already there."""
+        if to is entity.state:
+            return False
+        self.check(entity.state, to, what=what)
+        entity.history.append(TransitionRecord(entity.state.value, to.value, at, reason))
+        entity.state = to
+        entity.state_since = at
+        if reason:
+            entity.message = reason
+        return True
+
+
+class Stateful(Protocol[S]):
+    """What ``StateMachine.move`` needs of an entity (a job or an instance)."""
+
+    state: S
+    state_since: datetime
+    message: str
+    history: list[TransitionRecord]

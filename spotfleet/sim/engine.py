@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from spotfleet.clock import FakeClock
-from spotfleet.controller.controller import Controller, Unauthorized
+from spotfleet.controller.agents import Unauthorized
+from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
@@ -44,8 +45,8 @@ from spotfleet.model.snapshot import sequential_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
 from spotfleet.providers.base import CloudState
-from spotfleet.providers.sim import Bill, SimProvider
 from spotfleet.sim.agents import JobTrack, SimAgent
+from spotfleet.sim.provider import Bill, SimProvider
 from spotfleet.sim.traces import TraceSet
 from spotfleet.store.store import Store
 from spotfleet.wire import Heartbeat, HeartbeatResponse, RegisterRequest
@@ -229,6 +230,7 @@ class Simulation:
             clock=self.clock,
             settings=self.settings.plan,
             data_dir=data_dir or Path(self._tmp.name if self._tmp else "."),
+            controller_url=lambda: "sim://controller",  # the simulator plays the agents in process
             offerings_ttl=timedelta(0),
             new_id=sequential_ids(),
         )
@@ -308,11 +310,11 @@ class Simulation:
                     if not agent.registered:
                         request = RegisterRequest(provider_id=inst.provider_id, gpus=inst.offering.gpu_count,
                                                   agent_version="sim")  # fmt: skip
-                        response = self.controller.register_agent(agent.token, request)
+                        response = self.controller.agents.register(agent.token, request)
                         agent.registered = True
                     else:
                         beat = Heartbeat(jobs=[self.tracks[j].status(r, now) for j, _, r in sorted(agent.runs)])
-                        response = self.controller.heartbeat(agent.token, beat)
+                        response = self.controller.agents.heartbeat(agent.token, beat)
                 except Unauthorized:
                     continue  # the controller retired it; the provider is terminating it
                 self._apply(agent, response, now)

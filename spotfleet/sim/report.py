@@ -34,8 +34,46 @@ def gpu_hours_used(result: SimResult, workload: Workload) -> float:
 
 
 def summary(result: SimResult, *, traces: TraceSet, workload: Workload) -> dict[str, Any]:
+    """The ``--json`` document: figures, jobs, instances, and what a timeline needs
+    (``curves``: cumulative cost against the on-demand line; ``spot_available``:
+    when each zone had spot capacity) — the dashboard's what-if page draws these."""
     gpus = gpus_by_type(traces)
-    return result.to_dict(gpus_of=gpus, gpu_hours_used=gpu_hours_used(result, workload))
+    doc = result.to_dict(gpus_of=gpus, gpu_hours_used=gpu_hours_used(result, workload))
+    doc["curves"] = cost_curves(result)
+    doc["spot_available"] = spot_windows(traces, result)
+    return doc
+
+
+def cost_curves(result: SimResult, *, max_points: int = 2000) -> list[dict[str, Any]]:
+    """Cumulative cost and the on-demand reference at the same instants (thinned
+    evenly to ``max_points``, keeping the last point so the totals show)."""
+    curve = result.cost_curve
+    step = max(1, -(-len(curve) // max_points))
+    picked = curve[::step]
+    if curve and picked[-1] is not curve[-1]:
+        picked.append(curve[-1])
+    return [
+        {"at": t.isoformat(), "cost": round(c, 4), "on_demand": round(result.on_demand_spent(t), 4)} for t, c in picked
+    ]
+
+
+def spot_windows(traces: TraceSet, result: SimResult) -> dict[str, list[list[str]]]:
+    """Per zone, the [start, end) windows within the run when spot capacity was > 0."""
+    first = max(traces.tick_at(result.start), 0)
+    last = min(traces.tick_at(result.end) + 1, traces.n_ticks)
+    out: dict[str, list[list[str]]] = {}
+    for z in traces.zones:
+        windows: list[list[str]] = []
+        open_at: int | None = None
+        for k in range(first, last + 1):
+            up = k < last and z.available[k] > 0
+            if up and open_at is None:
+                open_at = k
+            elif not up and open_at is not None:
+                windows.append([traces.time_of(open_at).isoformat(), traces.time_of(k).isoformat()])
+                open_at = None
+        out[z.zone] = windows
+    return out
 
 
 def summary_table(doc: dict[str, Any]) -> Table:

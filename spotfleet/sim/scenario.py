@@ -32,7 +32,7 @@ def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.
             from spotfleet.policies.spotfleet import SpotfleetPolicy
         except ImportError as exc:  # the policy package lands separately
             raise InvalidSpec("policy", f"the spotfleet policy is not available in this build ({exc})") from None
-        return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours))
+        return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours, decision_interval_h=tick_hours))
     known = ", ".join(POLICY_NAMES)
     if name == "optimal":
         raise InvalidSpec("policy", "optimal is the omniscient bound of scenario (a), not a planner policy")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Binding, Checkpoint, Job, JobState
 from spotfleet.model.offering import Market, Offering
@@ -104,7 +105,7 @@ def instance_from_row(row: InstanceRow) -> Instance:
         address=row.address,
         cordoned=row.cordoned,
         reserved_for=row.reserved_for,
-        notice_kind=row.notice_kind,
+        notice_kind=NoticeKind(row.notice_kind) if row.notice_kind else None,
         notice_deadline=row.notice_deadline,
         launch_attempts=row.launch_attempts,
         message=row.message,
@@ -126,7 +127,7 @@ def instance_lifecycle_values(inst: Instance) -> dict[str, Any]:
         "address": inst.address,
         "cordoned": inst.cordoned,
         "reserved_for": inst.reserved_for,
-        "notice_kind": inst.notice_kind,
+        "notice_kind": inst.notice_kind.value if inst.notice_kind else None,
         "notice_deadline": inst.notice_deadline,
         "launch_attempts": inst.launch_attempts,
         "message": inst.message,

@@ -174,6 +174,7 @@ class NodeReportRow(Base):
     checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     reported_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)  # why the agent refused or stopped it
 
 
 class AgentPresenceRow(Base):
@@ -253,3 +254,54 @@ class AttemptUsageRow(Base):
     peak_gpu_memory_mib: Mapped[float] = mapped_column(Float, default=0.0)
     gpu_memory_total_mib: Mapped[float] = mapped_column(Float, default=0.0)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # GPU partitioning (docs/gpu-partitioning.md): what the agent applied and what the job used
+    isolation: Mapped[str | None] = mapped_column(String(32), nullable=True)  # mig | mps | time-sliced | whole
+    isolation_note: Mapped[str | None] = mapped_column(Text, nullable=True)
+    given_share: Mapped[float | None] = mapped_column(Float, nullable=True)  # of one GPU
+    share_samples: Mapped[int] = mapped_column(Integer, default=0)
+    used_share_sum: Mapped[float] = mapped_column(Float, default=0.0)  # SM share used, summed over samples
+    memory_limit_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class FleetHoldRow(Base):
+    """Written by the API (``spotfleet down``), read by the step: while a row
+    exists for the cluster, the controller buys nothing and gives every instance
+    back after draining it (``spotfleet.policies.teardown``)."""
+
+    __tablename__ = "fleet_hold"
+
+    cluster: Mapped[str] = mapped_column(String(64), primary_key=True)
+    since: Mapped[datetime] = mapped_column(UTCDateTime())
+    reason: Mapped[str] = mapped_column(Text, default="")
+    grace_seconds: Mapped[float] = mapped_column(Float, default=120.0)
+
+
+class ApiTokenRow(Base):
+    """A scoped API token (``spotfleet.api.auth``): only its SHA-256 is kept.
+    Written by ``spotfleet token`` and ``/v1/tokens``; read on every request."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public part, shown by `token list`
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # admin | tenant | viewer
+    tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    scopes: Mapped[str] = mapped_column(String(64), default="")  # comma-separated: submit,read
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ControllerLeaseRow(Base):
+    """Leader election for replicated controllers: one row per cluster. The
+    holder renews ``expires_at``; a replica takes over an expired lease by
+    raising ``epoch``; every write of a step checks the epoch (fencing)."""
+
+    __tablename__ = "controller_lease"
+
+    cluster: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    epoch: Mapped[int] = mapped_column(Integer, default=1)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    renewed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

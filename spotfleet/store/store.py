@@ -10,26 +10,44 @@ writes only submissions, cancel requests and the agent inbox tables.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from spotfleet.errors import NotFound
+from spotfleet.ledger.types import AttemptRecord, AttemptUsage, SegmentRecord, UsageCounters
+from spotfleet.model.changes import (  # noqa: F401  (re-exported: the store's records)
+    AgentView,
+    AttemptEnd,
+    AttemptRunning,
+    AttemptStart,
+    Changes,
+    EventRecord,
+    FleetHold,
+    HeartbeatRecord,
+    PendingNotice,
+)
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.instance import TERMINAL_INSTANCE_STATES, Instance
-from spotfleet.model.job import TERMINAL_JOB_STATES, Checkpoint, Job, JobState
+from spotfleet.model.job import NODE_FAILED, TERMINAL_JOB_STATES, Checkpoint, Job, JobState
+from spotfleet.model.partition import mig_unfit_of
 from spotfleet.model.snapshot import AgentPresence, NodeReport, PoolExposure, RunRecord
 from spotfleet.store import convert
 from spotfleet.store.schema import (
     AgentPresenceRow,
+    ApiTokenRow,
+    AttemptUsageRow,
     BillingSegmentRow,
     EventRow,
+    FleetHoldRow,
     InstanceRow,
     JobAttemptRow,
     JobRow,
@@ -48,74 +66,54 @@ def normalize_url(url: str) -> str:
     return url
 
 
+def _redact(url: str) -> str:
+    """The URL with its password masked (``spotfleet.redact``)."""
+    from spotfleet.redact import redact
+
+    return redact(url)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A scoped API token as stored (never the token itself)."""
+
+    id: str
+    name: str
+    kind: str  # admin | tenant | viewer
+    tenant: str | None
+    scopes: tuple[str, ...]
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "kind": self.kind, "tenant": self.tenant,
+                "scopes": list(self.scopes), "created_at": self.created_at.isoformat(),
+                "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None}  # fmt: skip
+
+
+def _token_record(row: ApiTokenRow) -> TokenRecord:
+    return TokenRecord(id=row.id, name=row.name, kind=row.kind, tenant=row.tenant,
+                       scopes=tuple(x for x in row.scopes.split(",") if x), created_at=row.created_at,
+                       revoked_at=row.revoked_at)  # fmt: skip
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptStart:
-    job_id: str
-    attempt: int
-    node_rank: int
-    instance_id: str
-    gpus: int
-    mig_slices: int
-    at: datetime
-    gpu_share: float = 0.0  # GPUs' worth: whole GPUs, MIG slices/7 or the fraction
+NODE_ERROR_KEY = "_node_error"  # a report's node_error travels in its progress JSON (no column needed)
 
 
 @dataclass(frozen=True, slots=True)
-class AttemptEnd:
-    job_id: str
-    attempt: int
-    outcome: str  # succeeded | failed | checkpointed | interrupted | lost | cancelled | unbound
-    at: datetime
+class FleetCounts:
+    """The fleet in numbers, for ``/metrics``."""
 
-
-@dataclass(frozen=True, slots=True)
-class AttemptRunning:
-    job_id: str
-    attempt: int
-    at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class EventRecord:
-    at: datetime
-    kind: str
-    message: str
-    level: str = "info"
-    job_id: str | None = None
-    instance_id: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingNotice:
-    id: int
-    event: InstanceEvent
-
-
-@dataclass(slots=True)
-class Changes:
-    """Everything one reconcile step decided, written in one transaction."""
-
-    jobs: list[Job] = field(default_factory=list)
-    instances: list[Instance] = field(default_factory=list)
-    new_instances: list[tuple[Instance, str]] = field(default_factory=list)  # (instance, agent token)
-    attempts_started: list[AttemptStart] = field(default_factory=list)
-    attempts_running: list[AttemptRunning] = field(default_factory=list)
-    attempts_ended: list[AttemptEnd] = field(default_factory=list)
-    events: list[EventRecord] = field(default_factory=list)
-    notices_processed: list[int] = field(default_factory=list)
-    unavailable: dict[str, tuple[datetime, str]] = field(default_factory=dict)
-
-    def empty(self) -> bool:
-        return not (
-            self.jobs or self.instances or self.new_instances or self.attempts_started
-            or self.attempts_running or self.attempts_ended or self.events
-            or self.notices_processed or self.unavailable
-        )  # fmt: skip
+    instances: list[tuple[str, str, str, str, float, bool]]  # provider, market, type, state, $/h, launched
+    jobs: list[tuple[str, str, int]]  # state, priority, count
+    interruptions: int
+    notices: dict[str, int]  # by kind
+    events: dict[str, int]  # drains and idle alerts, by kind
+    presence: list[tuple[str, dict[str, Any]]]  # instance id, the agent's last info (telemetry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,22 +128,49 @@ class State:
     unavailable: dict[str, datetime]
 
 
+class Fence(Protocol):
+    """Checks, inside a write transaction, that this writer may still write
+    (``spotfleet.store.election.Elector``); raises ``Fenced`` otherwise."""
+
+    def check(self, session: Session) -> None: ...
+
+
 class Store:
     """SQLite by default, PostgreSQL by URL; schema managed by Alembic."""
 
     def __init__(self, url: str, *, echo: bool = False) -> None:
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        from spotfleet.errors import InvalidSpec
+        from spotfleet.extras import requires
+
         self.url = normalize_url(url)
-        parsed = make_url(self.url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError:
+            raise InvalidSpec("database", f"cannot read the URL {_redact(url)!r}: write sqlite:///PATH or "
+                              "postgresql://USER@HOST/DB (config `database`, --db or SPOTFLEET_DATABASE)") from None  # fmt: skip
         self.dialect = parsed.get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise InvalidSpec("database", f"unsupported database {parsed.drivername!r} in {_redact(url)!r}: "
+                              "spotfleet stores in sqlite:///PATH or postgresql://USER@HOST/DB")  # fmt: skip
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             kwargs["pool_pre_ping"] = True
-        self.engine: Engine = create_engine(self.url, **kwargs)
+        try:
+            with requires("postgres", "a PostgreSQL database"):
+                self.engine: Engine = create_engine(self.url, **kwargs)
+        except NoSuchModuleError:
+            raise InvalidSpec("database", f"unknown database kind {parsed.drivername!r} in {_redact(url)!r}: "
+                              "spotfleet stores in sqlite:/// or postgresql://") from None  # fmt: skip
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Called with the events of every successful commit (the decision log of `spotfleet up`).
+        self.event_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
+        self._fence = threading.local()  # the reconcile step's thread writes fenced (see ``fenced``)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -156,20 +181,74 @@ class Store:
 
         cfg = Config()
         cfg.set_main_option("script_location", str(resources.files("spotfleet") / "store" / "migrations"))
-        with self.engine.begin() as conn:
+        with self.reachable(), self.engine.begin() as conn:
+            if self.dialect == "postgresql":  # replicas starting together migrate one at a time
+                from sqlalchemy import text
+
+                conn.execute(text("SELECT pg_advisory_xact_lock(7458031501)"))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    @contextmanager
+    def reachable(self) -> Iterator[None]:
+        """Turn "cannot connect" into one line naming the database (password hidden)."""
+        from sqlalchemy.exc import OperationalError
+
+        from spotfleet.errors import StoreUnavailable
+
+        try:
+            yield
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+            reason = _redact(reason)
+            raise StoreUnavailable(
+                f"cannot use the database {_redact(self.url)}: {reason} — is it running and reachable? "
+                "(config `database`, --db or SPOTFLEET_DATABASE)"
+            ) from None
+
+    @property
+    def safe_url(self) -> str:
+        """The URL to show anyone: password masked."""
+        return _redact(self.url)
 
     def close(self) -> None:
         self.engine.dispose()
 
+    def ping(self) -> None:
+        """Raise unless the database answers a trivial query (``/readyz``)."""
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
     def session(self) -> Session:
         return self._sessions()
+
+    @contextmanager
+    def fenced(self, fence: Fence | None) -> Iterator[None]:
+        """Every write this thread makes inside the block first runs ``fence.check``
+        in the same transaction: the reconcile step of a replicated controller
+        writes only while its leader epoch holds. Other threads (the API's inbox
+        writes) are not fenced."""
+        previous = getattr(self._fence, "value", None)
+        self._fence.value = fence
+        try:
+            yield
+        finally:
+            self._fence.value = previous
+
+    @contextmanager
+    def _begin(self) -> Iterator[Session]:
+        with self._sessions.begin() as s:
+            fence: Fence | None = getattr(self._fence, "value", None)
+            if fence is not None:
+                fence.check(s)
+            yield s
 
     # ------------------------------------------------------------ jobs (API)
 
     def add_job(self, job: Job) -> None:
-        with self._sessions.begin() as s:
+        with self._begin() as s:
             s.add(convert.job_to_row(job))
 
     def get_job(self, job_id: str) -> Job:
@@ -179,22 +258,56 @@ class Store:
                 raise NotFound(f"no job with id {job_id!r}")
             return convert.job_from_row(row)
 
+    def add_jobs(self, jobs: Sequence[Job], events: Sequence[EventRecord]) -> None:
+        """Many submissions in one transaction (``POST /v1/jobs/batch``)."""
+        with self._begin() as s:
+            s.add_all([convert.job_to_row(job) for job in jobs])
+            s.add_all([EventRow(at=ev.at, level=ev.level, kind=ev.kind, job_id=ev.job_id, instance_id=ev.instance_id,
+                                message=ev.message, data=ev.data) for ev in events])  # fmt: skip
+        for listener in self.event_listeners:
+            listener(events)
+
     def list_jobs(
-        self, *, states: Iterable[JobState] | None = None, tenant: str | None = None, limit: int | None = None
+        self,
+        *,
+        states: Iterable[JobState] | None = None,
+        tenant: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest: bool = False,
     ) -> list[Job]:
-        query = select(JobRow).order_by(JobRow.created_at, JobRow.id)
+        """Jobs oldest first, filtered and paginated in SQL. ``newest``: the newest
+        ``limit`` (after skipping the ``offset`` newest), still returned oldest first."""
+        if newest:
+            query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc())
+        else:
+            query = select(JobRow).order_by(JobRow.created_at, JobRow.id)
         if states is not None:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if tenant is not None:
             query = query.where(JobRow.tenant == tenant)
         if limit is not None:
             query = query.limit(limit)
+        if offset:
+            query = query.offset(offset)
         with self.session() as s:
-            return [convert.job_from_row(r) for r in s.scalars(query)]
+            out = [convert.job_from_row(r) for r in s.scalars(query)]
+        return out[::-1] if newest else out
+
+    def count_jobs(self, *, states: Iterable[JobState] | None = None, tenant: str | None = None) -> int:
+        from sqlalchemy import func
+
+        query = select(func.count()).select_from(JobRow)
+        if states is not None:
+            query = query.where(JobRow.state.in_([s.value for s in states]))
+        if tenant is not None:
+            query = query.where(JobRow.tenant == tenant)
+        with self.session() as s:
+            return int(s.execute(query).scalar_one())
 
     def request_cancel(self, job_id: str) -> Job:
         """Flag a job for cancellation; the reconcile step carries it out."""
-        with self._sessions.begin() as s:
+        with self._begin() as s:
             row = s.get(JobRow, job_id)
             if row is None:
                 raise NotFound(f"no job with id {job_id!r}")
@@ -248,7 +361,7 @@ class Store:
 
     def rotate_agent_token(self, instance_id: str, token: str) -> None:
         """Replace an instance's agent secret (only its hash is ever stored)."""
-        with self._sessions.begin() as s:
+        with self._begin() as s:
             s.execute(
                 update(InstanceRow).where(InstanceRow.id == instance_id).values(agent_token_hash=hash_token(token))
             )
@@ -261,19 +374,27 @@ class Store:
         with self.session() as s:
             return [(r[0], r[1], r[2]) for r in s.execute(query)]
 
+    def instances_to_avoid(self, job_ids: Iterable[str]) -> dict[str, frozenset[str]]:
+        """Job → instances where one of its attempts failed in a node-looking way
+        (``failed:node``) or was lost with its agent/instance (``lost``)."""
+        ids = list(set(job_ids))
+        if not ids:
+            return {}
+        query = select(JobAttemptRow.job_id, JobAttemptRow.instance_id).where(
+            JobAttemptRow.job_id.in_(ids), JobAttemptRow.outcome.in_([NODE_FAILED, "lost"])
+        )
+        out: dict[str, set[str]] = {}
+        with self.session() as s:
+            for job_id, instance_id in s.execute(query):
+                out.setdefault(job_id, set()).add(instance_id)
+        return {k: frozenset(v) for k, v in out.items()}
+
     def attempt_ran_on(self, job_id: str, attempt: int, instance_id: str) -> bool:
         query = select(JobAttemptRow.id).where(
             JobAttemptRow.job_id == job_id, JobAttemptRow.attempt == attempt, JobAttemptRow.instance_id == instance_id
         )
         with self.session() as s:
             return s.scalars(query).first() is not None
-
-    def get_jobs(self, job_ids: Iterable[str]) -> dict[str, Job]:
-        ids = list(set(job_ids))
-        if not ids:
-            return {}
-        with self.session() as s:
-            return {r.id: convert.job_from_row(r) for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)))}
 
     def run_history(self, *, limit: int = 5000) -> list[RunRecord]:
         """Finished attempts (newest first) as forecast inputs: family, GPU, duration."""
@@ -313,49 +434,139 @@ class Store:
                     reclaims[key] = reclaims.get(key, 0) + 1
         return [PoolExposure(pool=k, hours=h, interruptions=reclaims.get(k, 0)) for k, h in sorted(hours.items())]
 
-    def billing_segments(self, *, instance_id: str | None = None) -> list[BillingSegmentRow]:
-        query = select(BillingSegmentRow).order_by(BillingSegmentRow.start, BillingSegmentRow.id)
-        if instance_id is not None:
-            query = query.where(BillingSegmentRow.instance_id == instance_id)
+    def billing_segments(self, *, instance_id: str | None = None) -> list[SegmentRecord]:
+        """Paid time per instance and price, oldest first (the ledger's input)."""
+        query = _SEGMENTS if instance_id is None else _SEGMENTS.where(BillingSegmentRow.instance_id == instance_id)
         with self.session() as s:
-            return list(s.scalars(query))
+            return _segments(s, query)
+
+    def attempt_records(self) -> list[AttemptRecord]:
+        """Every node of every job attempt with its job's tenant, family and name,
+        ordered by job, node and attempt (the ledger's input)."""
+        with self.session() as s:
+            return _attempts(s)
+
+    def attempt_usage(self, job_ids: Iterable[str] | None = None) -> dict[tuple[str, int, int], AttemptUsage]:
+        """What each job attempt did with its GPUs (``attempt_usage``), by (job, attempt, rank)."""
+        with self.session() as s:
+            return _usage(s, job_ids)
+
+    def fleet_counts(self) -> FleetCounts:
+        """What ``/metrics`` reports about the fleet, read in one session."""
+        live_states = [x.value for x in TERMINAL_INSTANCE_STATES]
+        with self.session() as s:
+            instances = [
+                (r[0], r[1], r[2], r[3], float(r[4]), r[5] is not None)
+                for r in s.execute(
+                    select(InstanceRow.provider, InstanceRow.market, InstanceRow.instance_type, InstanceRow.state,
+                           InstanceRow.price_per_hour, InstanceRow.launched_at)
+                    .where(InstanceRow.state.not_in(live_states))
+                )
+            ]  # fmt: skip
+            jobs = [
+                (r[0], r[1], int(r[2]))
+                for r in s.execute(
+                    select(JobRow.state, JobRow.priority, func.count()).group_by(JobRow.state, JobRow.priority)
+                )
+            ]
+            interruptions = int(s.scalar(select(func.coalesce(func.sum(JobRow.interruptions), 0))) or 0)
+            notices = {
+                r[0]: int(r[1]) for r in s.execute(select(NoticeRow.kind, func.count()).group_by(NoticeRow.kind))
+            }
+            events = {r[0]: int(r[1]) for r in s.execute(
+                select(EventRow.kind, func.count()).where(EventRow.kind.in_(["job.draining", "instance.gpus_idle"]))
+                .group_by(EventRow.kind))}  # fmt: skip
+            presence = [
+                (r[0], r[1] or {}) for r in s.execute(select(AgentPresenceRow.instance_id, AgentPresenceRow.info))
+            ]
+        return FleetCounts(instances, jobs, interruptions, notices, events, presence)
+
+    def ledger_inputs(
+        self,
+    ) -> tuple[list[SegmentRecord], list[AttemptRecord], dict[tuple[str, int, int], AttemptUsage]]:
+        """Segments, attempts and usage read in one session: one consistent view for the ledger."""
+        with self.session() as s:
+            return _segments(s, _SEGMENTS), _attempts(s), _usage(s, None)
 
     # ------------------------------------------------------------ agent inbox
 
-    def record_presence(self, instance_id: str, *, provider_id: str | None, at: datetime, info: dict[str, Any]) -> None:
+    def agent_exchange(self, token: str, build: Callable[[AgentView], HeartbeatRecord]) -> AgentView | None:
+        """One agent heartbeat (or register) in **one** transaction: read what the
+        agent's instance holds, let ``build`` (pure; it may raise to refuse) decide
+        what to record, write it all. ``None``, writing nothing, for an unknown token."""
         with self._sessions.begin() as s:
-            row = s.get(AgentPresenceRow, instance_id)
+            row = s.scalars(select(InstanceRow).where(InstanceRow.agent_token_hash == hash_token(token))).first()
             if row is None:
-                s.add(
-                    AgentPresenceRow(
-                        instance_id=instance_id, provider_id=provider_id, registered_at=at, last_seen=at, info=info
-                    )
-                )
-            else:
-                row.last_seen = at
-                row.provider_id = provider_id or row.provider_id
-                if info:
-                    row.info = info
+                return None
+            instance = convert.instance_from_row(row)
+            attempts = s.execute(
+                select(JobAttemptRow.job_id, JobAttemptRow.attempt, JobAttemptRow.node_rank, JobAttemptRow.ended_at)
+                .where(JobAttemptRow.instance_id == instance.id)
+            ).all()  # fmt: skip
+            open_ = [(a[0], a[1], a[2]) for a in attempts if a[3] is None]
+            wanted = sorted({a[0] for a in open_})
+            rows: list[JobRow] = list(s.scalars(select(JobRow).where(JobRow.id.in_(wanted)))) if wanted else []
+            jobs = {r.id: convert.job_from_row(r) for r in rows}
+            placed = tuple(
+                (jobs[job_id], rank) for job_id, attempt, rank in open_
+                if job_id in jobs and jobs[job_id].attempt == attempt and not jobs[job_id].terminal
+            )  # fmt: skip
+            gang = sorted({b.instance_id for job, _ in placed if len(job.bindings) > 1 for b in job.bindings})
+            addresses: dict[str, str | None] = {}
+            if gang:  # the gangs' nodes' addresses: the rendezvous (MASTER_ADDR, hostfile)
+                for peer in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(gang))):
+                    addresses[peer.id] = peer.address
+            view = AgentView(instance, placed, frozenset((a[0], a[1], a[2]) for a in attempts), addresses)
+            record = build(view)
+            self._write_heartbeat(s, record)
+        if record.events:
+            for listener in self.event_listeners:
+                listener(list(record.events))
+        return view
+
+    def _write_heartbeat(self, s: Session, hb: HeartbeatRecord) -> None:
+        presence = s.get(AgentPresenceRow, hb.instance_id)
+        if presence is None:
+            s.add(AgentPresenceRow(instance_id=hb.instance_id, provider_id=hb.provider_id, registered_at=hb.at,
+                                   last_seen=hb.at, info=hb.info))  # fmt: skip
+        else:
+            presence.last_seen = hb.at
+            presence.provider_id = hb.provider_id or presence.provider_id
+            if hb.info:
+                presence.info = hb.info
+        _upsert_reports(s, hb.reports)
+        for e in hb.notices:
+            s.add(NoticeRow(provider=e.provider, provider_instance_id=e.provider_instance_id, kind=e.kind.value,
+                            observed_at=e.observed_at, deadline=e.deadline, source=e.source, detail=e.detail))  # fmt: skip
+        for ev in hb.events:
+            s.add(EventRow(at=ev.at, level=ev.level, kind=ev.kind, job_id=ev.job_id, instance_id=ev.instance_id,
+                           message=_redact(ev.message), data=ev.data))  # fmt: skip
+        for (job_id, attempt, rank), fold in hb.usage:
+            usage = s.get(AttemptUsageRow, (job_id, attempt, rank))
+            if usage is None:
+                usage = AttemptUsageRow(job_id=job_id, attempt=attempt, node_rank=rank, instance_id=hb.instance_id,
+                                        resume_step=_resume_step(s, job_id, attempt), gpu_samples=0,
+                                        gpu_util_sum=0.0, gpu_idle_samples=0, peak_gpu_memory_mib=0.0,
+                                        gpu_memory_total_mib=0.0, updated_at=hb.at)  # fmt: skip
+                s.add(usage)
+            counters = UsageCounters(**{f.name: getattr(usage, f.name) for f in fields(UsageCounters)})
+            fold(counters)
+            for f in fields(UsageCounters):
+                setattr(usage, f.name, getattr(counters, f.name))
+
+    def record_presence(self, instance_id: str, *, provider_id: str | None, at: datetime, info: dict[str, Any]) -> None:
+        """An agent seen (presence only: a heartbeat that carries nothing else)."""
+        with self._begin() as s:
+            self._write_heartbeat(s, HeartbeatRecord(instance_id, provider_id, at, info=info))
 
     def record_reports(self, reports: Sequence[NodeReport]) -> None:
-        with self._sessions.begin() as s:
-            for r in reports:
-                row = s.get(NodeReportRow, (r.job_id, r.attempt, r.node_rank))
-                values = {
-                    "instance_id": r.instance_id, "status": r.status, "exit_code": r.exit_code,
-                    "checkpoint": r.checkpoint.to_dict() if r.checkpoint else None,
-                    "progress": dict(r.progress), "reported_at": r.reported_at,
-                }  # fmt: skip
-                if row is None:
-                    s.add(NodeReportRow(job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, **values))
-                else:
-                    for key, value in values.items():
-                        setattr(row, key, value)
+        with self._begin() as s:
+            _upsert_reports(s, reports)
 
     def add_notices(self, events: Sequence[InstanceEvent]) -> None:
         if not events:
             return
-        with self._sessions.begin() as s:
+        with self._begin() as s:
             for e in events:
                 s.add(NoticeRow(
                     provider=e.provider, provider_instance_id=e.provider_instance_id, kind=e.kind.value,
@@ -383,10 +594,11 @@ class Store:
                         job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, instance_id=r.instance_id,
                         status=r.status, exit_code=r.exit_code,
                         checkpoint=Checkpoint.from_dict(r.checkpoint) if r.checkpoint else None,
-                        progress=r.progress or {}, reported_at=r.reported_at,
+                        progress={k: v for k, v in (r.progress or {}).items() if k != NODE_ERROR_KEY},
+                        reported_at=r.reported_at, message=r.message, node_error=(r.progress or {}).get(NODE_ERROR_KEY),
                     )  # fmt: skip
             presence = {
-                r.instance_id: AgentPresence(r.instance_id, r.registered_at, r.last_seen)
+                r.instance_id: AgentPresence(r.instance_id, r.registered_at, r.last_seen, mig_unfit_of(r.info))
                 for r in s.scalars(select(AgentPresenceRow).where(AgentPresenceRow.instance_id.in_(list(instances))))
             } if instances else {}  # fmt: skip
             notices = [
@@ -403,7 +615,7 @@ class Store:
         """Write one step's decisions atomically (billing segments follow instances)."""
         if changes.empty():
             return
-        with self._sessions.begin() as s:
+        with self._begin() as s:
             for inst, token in changes.new_instances:
                 s.add(convert.instance_to_row(inst, agent_token_hash=hash_token(token)))
             s.flush()
@@ -444,7 +656,7 @@ class Store:
                 )
             for ev in changes.events:
                 s.add(EventRow(at=ev.at, level=ev.level, kind=ev.kind, job_id=ev.job_id, instance_id=ev.instance_id,
-                               message=ev.message, data=ev.data))  # fmt: skip
+                               message=_redact(ev.message), data=ev.data))  # fmt: skip
             if changes.notices_processed:
                 s.execute(update(NoticeRow).where(NoticeRow.id.in_(changes.notices_processed)).values(processed_at=now))
             for key, (until, reason) in changes.unavailable.items():
@@ -454,17 +666,96 @@ class Store:
                 else:
                     row.until, row.reason = until, reason
 
+        if changes.events:
+            for listener in self.event_listeners:
+                listener(changes.events)
+
     def add_event(self, record: EventRecord) -> None:
         self.commit(Changes(events=[record]), now=record.at)
 
+    # ------------------------------------------------------------ API tokens (spotfleet.api.auth)
+
+    def add_token(self, record: TokenRecord, token_hash: str) -> None:
+        with self._sessions.begin() as s:
+            s.add(ApiTokenRow(id=record.id, name=record.name, kind=record.kind, tenant=record.tenant,
+                              scopes=",".join(record.scopes), token_hash=token_hash, created_at=record.created_at,
+                              revoked_at=record.revoked_at))  # fmt: skip
+
+    def tokens(self, *, include_revoked: bool = False) -> list[TokenRecord]:
+        query = select(ApiTokenRow).order_by(ApiTokenRow.created_at, ApiTokenRow.id)
+        if not include_revoked:
+            query = query.where(ApiTokenRow.revoked_at.is_(None))
+        with self.session() as s:
+            return [_token_record(r) for r in s.scalars(query)]
+
+    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        """The live (not revoked) token with this SHA-256, if any."""
+        query = select(ApiTokenRow).where(ApiTokenRow.token_hash == token_hash, ApiTokenRow.revoked_at.is_(None))
+        with self.session() as s:
+            row = s.scalars(query).first()
+            return _token_record(row) if row is not None else None
+
+    def revoke_token(self, token_id: str, *, at: datetime) -> bool:
+        """Revoke by id; False when no live token has it."""
+        with self._sessions.begin() as s:
+            row = s.get(ApiTokenRow, token_id)
+            if row is None or row.revoked_at is not None:
+                return False
+            row.revoked_at = at
+            return True
+
+    # ------------------------------------------------------------ fleet hold (API writes, step reads)
+
+    def fleet_hold(self, cluster: str) -> FleetHold | None:
+        with self.session() as s:
+            row = s.get(FleetHoldRow, cluster)
+            return FleetHold(row.since, row.reason, row.grace_seconds) if row is not None else None
+
+    def set_fleet_hold(self, cluster: str, hold: FleetHold) -> FleetHold:
+        """Hold the fleet; an existing hold keeps its start time (``down`` twice is one down)."""
+        with self._begin() as s:
+            row = s.get(FleetHoldRow, cluster)
+            if row is None:
+                s.add(FleetHoldRow(cluster=cluster, since=hold.since, reason=hold.reason,
+                                   grace_seconds=hold.grace_seconds))  # fmt: skip
+                return hold
+            row.reason, row.grace_seconds = hold.reason, hold.grace_seconds
+            return FleetHold(row.since, row.reason, row.grace_seconds)
+
+    def clear_fleet_hold(self, cluster: str) -> bool:
+        with self._begin() as s:
+            row = s.get(FleetHoldRow, cluster)
+            if row is None:
+                return False
+            s.delete(row)
+            return True
+
     def events(
-        self, *, limit: int = 50, job_id: str | None = None, instance_id: str | None = None
+        self,
+        *,
+        limit: int = 50,
+        job_id: str | None = None,
+        instance_id: str | None = None,
+        kind_prefix: str | None = None,
+        level: str | None = None,
+        tenant: str | None = None,
     ) -> list[EventRecord]:
+        """The newest ``limit`` events matching every filter given, oldest first.
+
+        ``kind_prefix`` matches ``job.`` or ``job.draining``; ``tenant`` keeps the
+        events of that tenant's jobs only (instance-only events belong to no tenant).
+        """
         query = select(EventRow).order_by(EventRow.id.desc()).limit(limit)
         if job_id is not None:
             query = query.where(EventRow.job_id == job_id)
         if instance_id is not None:
             query = query.where(EventRow.instance_id == instance_id)
+        if kind_prefix:
+            query = query.where(EventRow.kind.startswith(kind_prefix, autoescape=True))
+        if level is not None:
+            query = query.where(EventRow.level == level)
+        if tenant is not None:
+            query = query.join(JobRow, JobRow.id == EventRow.job_id).where(JobRow.tenant == tenant)
         with self.session() as s:
             rows = list(s.scalars(query))
         return [
@@ -508,3 +799,94 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
+
+
+def _resume_step(s: Session, job_id: str, attempt: int) -> int | None:
+    """The checkpoint step an attempt resumed from: the newest one earlier attempts
+    reported (``attempt_usage``), or the job's resume pointer when it predates that table."""
+    steps = [
+        s.scalar(
+            select(func.max(AttemptUsageRow.checkpoint_step)).where(
+                AttemptUsageRow.job_id == job_id, AttemptUsageRow.attempt < attempt
+            )
+        )
+    ]
+    job = s.get(JobRow, job_id)
+    ckpt = job.checkpoint if job is not None else None
+    if isinstance(ckpt, dict) and isinstance(ckpt.get("attempt"), int) and ckpt["attempt"] < attempt:
+        step = ckpt.get("step")
+        steps.append(step if isinstance(step, int) and not isinstance(step, bool) else None)
+    known = [x for x in steps if x is not None]
+    return max(known) if known else None
+
+
+_SEGMENTS = (
+    select(BillingSegmentRow, InstanceRow.provider_id)
+    .join(InstanceRow, InstanceRow.id == BillingSegmentRow.instance_id)
+    .order_by(BillingSegmentRow.start, BillingSegmentRow.id)
+)
+
+
+def _segments(s: Session, query: Any) -> list[SegmentRecord]:
+    return [
+        SegmentRecord(
+            instance_id=r.instance_id, provider=r.provider, region=r.region, zone=r.zone,
+            instance_type=r.instance_type, market=r.market, gpu_count=r.gpu_count,
+            price_per_hour=r.price_per_hour, on_demand_price_per_hour=r.on_demand_price_per_hour,
+            start=r.start, end=r.end, resource_id=provider_id or "",
+        )
+        for r, provider_id in s.execute(query)
+    ]  # fmt: skip
+
+
+def _attempts(s: Session) -> list[AttemptRecord]:
+    query = (
+        select(JobAttemptRow, JobRow.tenant, JobRow.family, JobRow.name)
+        .join(JobRow, JobRow.id == JobAttemptRow.job_id)
+        .order_by(JobAttemptRow.job_id, JobAttemptRow.node_rank, JobAttemptRow.attempt)
+    )
+    return [
+        AttemptRecord(
+            job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, instance_id=r.instance_id, gpus=r.gpus,
+            mig_slices=r.mig_slices, gpu_share=r.gpu_share, bound_at=r.bound_at, started_at=r.started_at,
+            ended_at=r.ended_at, outcome=r.outcome, tenant=tenant, family=family, job_name=name,
+        )
+        for r, tenant, family, name in s.execute(query)
+    ]  # fmt: skip
+
+
+def _usage(s: Session, job_ids: Iterable[str] | None) -> dict[tuple[str, int, int], AttemptUsage]:
+    query = select(AttemptUsageRow)
+    if job_ids is not None:
+        query = query.where(AttemptUsageRow.job_id.in_(list(job_ids)))
+    return {
+        (r.job_id, r.attempt, r.node_rank): AttemptUsage(
+            job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, resume_step=r.resume_step,
+            first_progress_at=r.first_progress_at, last_step=r.last_step, checkpoint_step=r.checkpoint_step,
+            gpu_samples=r.gpu_samples or 0,
+            mean_utilization_pct=(r.gpu_util_sum / r.gpu_samples) if r.gpu_samples else None,
+            idle_fraction=(r.gpu_idle_samples / r.gpu_samples) if r.gpu_samples else 0.0,
+            peak_gpu_memory_mib=r.peak_gpu_memory_mib or 0.0, gpu_memory_total_mib=r.gpu_memory_total_mib or 0.0,
+            isolation=r.isolation, isolation_note=r.isolation_note, given_share=r.given_share,
+            mean_used_share=(r.used_share_sum / r.share_samples) if r.share_samples else None,
+            memory_limit_mib=r.memory_limit_mib,
+        )
+        for r in s.scalars(query)
+    }  # fmt: skip
+
+
+def _upsert_reports(s: Session, reports: Sequence[NodeReport]) -> None:
+    """The newest report per (job, attempt, node) replaces the one before."""
+    for r in reports:
+        values = {
+            "instance_id": r.instance_id, "status": r.status, "exit_code": r.exit_code,
+            "checkpoint": r.checkpoint.to_dict() if r.checkpoint else None,
+            "progress": {**r.progress, **({NODE_ERROR_KEY: r.node_error} if r.node_error else {})},
+            "reported_at": r.reported_at, "message": r.message,
+        }  # fmt: skip
+        row = s.get(NodeReportRow, (r.job_id, r.attempt, r.node_rank))
+        if row is None:
+            s.add(NodeReportRow(job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, **values))
+        else:
+            for key, value in values.items():
+                setattr(row, key, value)

@@ -1,5 +1,5 @@
 #!/bin/bash
-# spotfleet node bootstrap (rendered by spotfleet.bootstrap; also used by terraform).
+# spotfleet node bootstrap (rendered by spotfleet.providers.bootstrap; also used by terraform).
 # Installs the same spotfleet version as the controller, writes the agent config
 # with the controller URL and this instance's secret, and runs the agent under systemd.
 set -euo pipefail
@@ -7,6 +7,7 @@ umask 077
 install -d -m 0755 /opt/spotfleet /etc/spotfleet /var/lib/spotfleet
 if ! /opt/spotfleet/venv/bin/spotfleet --version 2>/dev/null | grep -qx "${spotfleet_version}"; then
   python3 -m venv /opt/spotfleet/venv
+  # the core only: what the node agent needs (no cloud SDK, numpy, matplotlib or psycopg)
   /opt/spotfleet/venv/bin/pip install --quiet "spotfleet==${spotfleet_version}"
 fi
 cat > /etc/spotfleet/agent.yaml <<'AGENT_CONFIG'

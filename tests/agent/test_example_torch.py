@@ -1,4 +1,4 @@
-"""examples/train_torch.py under a notice (runs only where torch is installed)."""
+"""examples/train_torch.py under a notice (torch comes with the dev extra: ``spotfleet[ddp]``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from spotfleet.checkpoint import CHECKPOINTED_EXIT_CODE, Checkpointer, job_envir
 from spotfleet.clock import FakeClock
 from spotfleet.model.events import InstanceEvent, NoticeKind
 
-pytest.importorskip("torch")  # never imported otherwise: the example is for users who have it
-
+pytestmark = pytest.mark.timeout(300)
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_torch.py"
 
 
@@ -39,7 +38,7 @@ def test_torch_example_checkpoints_on_notice_and_resumes(tmp_path: Path, clock: 
     proc = subprocess.Popen(argv, env=env(0), start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and "starting at step 0" in proc.stdout.readline()
-        give_up = time.monotonic() + 60
+        give_up = time.monotonic() + 150  # torch's import alone takes 10-30 s on a loaded 2-core machine
         while not (tmp_path / "progress.json").exists():  # its first step is done
             assert time.monotonic() < give_up and proc.poll() is None
             time.sleep(0.01)

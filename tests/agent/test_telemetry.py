@@ -33,20 +33,21 @@ def test_gpus_and_processes_are_attributed_to_jobs_by_process_group() -> None:
     gpus = [
         FakeGpu(uuid="GPU-a", utilization=3, memory_used_mib=500, processes=[FakeProcess(555, 500 * MIB)]),
         FakeGpu(uuid="GPU-b", utilization=88, memory_used_mib=9000, temperature=71, power_mw=212_400,
-                processes=[FakeProcess(101, 6000 * MIB), FakeProcess(102, 3000 * MIB)]),
+                processes=[FakeProcess(101, 6000 * MIB, sm_util=60), FakeProcess(102, 3000 * MIB, sm_util=25)]),
     ]  # fmt: skip
     groups = {101: 100, 102: 100, 555: 999}  # pid → process group
     tel = GpuTelemetry(make_nvml(gpus), pgid_of=groups.get)
     out = tel.sample([JobGroup("job-a", 2, 0, 100, (1,))])
     assert out["nvml"] == {"available": True, "reason": None, "driver": "550.54.15"}
     g0, g1 = out["gpus"]
-    assert g0["processes"] == [{"pid": 555, "memory_mib": 500.0, "job_id": None, "attempt": None, "node_rank": None}]
+    assert g0["processes"] == [{"pid": 555, "memory_mib": 500.0, "sm_util_pct": None, "job_id": None, "attempt": None,
+                                "node_rank": None}]  # fmt: skip
     assert g1["utilization_pct"] == 88.0 and g1["temperature_c"] == 71 and g1["power_w"] == pytest.approx(212.4)
     assert g1["memory_used_mib"] == 9000.0 and g1["memory_total_mib"] == 23028.0 and g1["mig"] is None
     assert [p["job_id"] for p in g1["processes"]] == ["job-a", "job-a"]
     assert out["jobs"] == [{"job_id": "job-a", "attempt": 2, "node_rank": 0, "gpu_indices": [1],
                             "utilization_pct": 88.0, "memory_used_mib": 9000.0, "memory_total_mib": 23028.0,
-                            "pids": [101, 102]}]  # fmt: skip
+                            "memory_source": "processes", "sm_util_pct": 85.0, "pids": [101, 102]}]  # fmt: skip
 
 
 def test_unsupported_metrics_are_null_not_fatal() -> None:
@@ -60,6 +61,7 @@ def test_job_memory_falls_back_to_its_gpus_when_pids_are_hidden() -> None:
     tel = GpuTelemetry(make_nvml([FakeGpu(utilization=50, memory_used_mib=7000)]), pgid_of=lambda _pid: None)
     job = tel.sample([JobGroup("job-b", 1, 0, 4242, (0,))])["jobs"][0]
     assert job["memory_used_mib"] == 7000.0 and job["pids"] == []
+    assert job["memory_source"] == "gpus"  # not per process: never used to hold a job to a memory share
 
 
 def test_mig_layout_is_read_and_mig_processes_attributed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,26 @@ def test_unreachable_controller_is_a_clear_error(tmp_path: Path) -> None:
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.stdout.strip()
+
+
+def test_submit_of_many_files_is_one_batch_request(tmp_path: Path) -> None:
+    """Three files → one ``POST /v1/jobs/batch``: one transaction, stored in order."""
+    from spotfleet.config import load_config
+    from spotfleet.service import Service
+
+    cfg = load_config(overrides={"data_dir": str(tmp_path / "data"), "api.port": 0})
+    service = Service(cfg)
+    service.start_background()
+    try:
+        paths = []
+        for i in range(3):
+            paths.append(tmp_path / f"j{i}.yaml")
+            paths[-1].write_text(f"name: j{i}\ncommand: 'true'\nresources: {{gpu_types: [B300]}}\n")
+        result = runner.invoke(app, ["submit", *map(str, paths), "--api", service.url, "-o", "json"])
+        assert result.exit_code == 0, result.output
+        jobs = service.store.list_jobs()
+        assert [j.spec.name for j in jobs] == ["j0", "j1", "j2"]
+        gaps = {(b.created_at - a.created_at).total_seconds() for a, b in itertools.pairwise(jobs)}
+        assert gaps == {1e-6}, "one batch: the same instant, a microsecond apart"
+    finally:
+        service.stop()

@@ -10,7 +10,6 @@ from typing import Any
 
 from spotfleet.clock import FakeClock
 from spotfleet.controller.controller import Controller
-from spotfleet.controller.settings import PlanSettings
 from spotfleet.model import Instance, Job
 from spotfleet.model.snapshot import sequential_ids
 from spotfleet.model.spec import parse_spec
@@ -47,10 +46,10 @@ class Harness:
 
     def register_all(self) -> None:
         for inst in self.live():
-            self.controller.register_agent(TOKEN + inst.id, RegisterRequest(provider_id=inst.provider_id))
+            self.controller.agents.register(TOKEN + inst.id, RegisterRequest(provider_id=inst.provider_id))
 
     def beat(self, instance_id: str, *statuses: JobStatus) -> HeartbeatResponse:
-        return self.controller.heartbeat(TOKEN + instance_id, Heartbeat(jobs=list(statuses)))
+        return self.controller.agents.heartbeat(TOKEN + instance_id, Heartbeat(jobs=list(statuses)))
 
     def report(self, job: Job, status: str, *, exit_code: int | None = None, rank: int = 0) -> None:
         job = self.job(job.id)
@@ -66,7 +65,7 @@ def make_harness(store: Store, tmp_path: Path, provider: FakeProvider | None = N
     provider.clock = clock
     ids = sequential_ids()
     controller = Controller(store=store, providers={"fake": provider}, policy=SimplePolicy(idle_ttl=idle_ttl),
-                            clock=clock, data_dir=tmp_path, settings=PlanSettings(idle_ttl=idle_ttl), new_id=ids)  # fmt: skip
+                            clock=clock, data_dir=tmp_path, controller_url=lambda: "http://127.0.0.1:8478", new_id=ids)  # fmt: skip
     # deterministic agent tokens: TOKEN + instance id
     controller.executor.token_factory = lambda instance_id: TOKEN + instance_id
     return Harness(controller, provider, clock, store)

@@ -94,6 +94,7 @@ def test_throttling_keeps_the_request_and_retries_with_the_same_id(sqlite_store:
     h.step()
     (inst,) = h.live()
     assert inst.state is InstanceState.REQUESTED
+    h.clock.advance(2)  # the cloud's retry_after
     h.step()
     requests = [c[1].request_id for c in h.provider.calls if c[0] == "launch"]
     assert requests == [inst.request_id, inst.request_id]
@@ -239,7 +240,10 @@ def test_failures_retry_then_fail(sqlite_store: Store, tmp_path: Path) -> None:
     h.step()
     h.register_all()
     h.report(job, "exited", exit_code=3)
-    h.step()  # the failure is retried: requeued and placed again in the same step
+    h.step()  # the failure is retried after a backoff (issue 14): requeued, not placed at once
+    assert (h.job(job.id).state, h.job(job.id).failures) == (JobState.PENDING, 1)
+    h.clock.advance(15)
+    h.step()
     retried = h.job(job.id)
     assert (retried.state, retried.attempt, retried.failures) == (JobState.BOUND, 2, 1)
     h.report(job, "exited", exit_code=3)
@@ -296,12 +300,12 @@ def test_silent_agent_loses_the_instance_and_requeues_its_job(sqlite_store: Stor
 
 
 def test_unknown_agent_token_is_refused(sqlite_store: Store, tmp_path: Path) -> None:
-    from spotfleet.controller.controller import Unauthorized
+    from spotfleet.controller.agents import Unauthorized
     from spotfleet.wire import RegisterRequest
 
     h = make_harness(sqlite_store, tmp_path)
     with pytest.raises(Unauthorized):
-        h.controller.register_agent(TOKEN + "nobody", RegisterRequest())
+        h.controller.agents.register(TOKEN + "nobody", RegisterRequest())
 
 
 def test_agent_tokens_are_safe_as_argv_and_yaml() -> None:
@@ -331,3 +335,22 @@ def test_only_news_in_a_heartbeat_wakes_the_step(sqlite_store: Store, tmp_path: 
     assert len(wakes) == 1, "a steady heartbeat of a running job is not news"
     h.report(job, "exited", exit_code=0)
     assert len(wakes) == 2, "an exit is news"
+
+
+def test_a_throttled_launch_waits_for_the_clouds_retry_after(store: Store, tmp_path: Path) -> None:
+    from spotfleet.errors import Throttled
+
+    h = make_harness(store, tmp_path)
+    h.provider.fail_next_launch(Throttled(retry_after=60))
+    h.submit(name="train", resources={"gpus": 1})
+    h.step()
+    assert len(h.provider.calls_named("launch")) == 1
+    [waiting] = store.list_instances(live_only=True)
+    assert waiting.state is InstanceState.REQUESTED
+    h.clock.advance(30)
+    h.step()
+    assert len(h.provider.calls_named("launch")) == 1, "no launch before retry_after"
+    h.clock.advance(31)
+    h.step()
+    assert len(h.provider.calls_named("launch")) == 2
+    assert h.instance(waiting.id).state is InstanceState.PROVISIONING, "the same request, re-issued"

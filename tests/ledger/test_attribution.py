@@ -230,3 +230,22 @@ def test_time_sliced_fraction_of_a_gpu() -> None:
     led = attribute([seg(0, 3600, price="4", gpus=1)], [a, b], now=T0 + timedelta(hours=2))
     assert by_job(led.lines) == {"A": 1_000_000, "B": 1_000_000, None: 2_000_000}
     assert sum(line.gpu_seconds for line in led.lines if line.job_id == "A") == 900
+
+
+def test_failed_attempts_and_their_retries_are_failures_not_interruptions() -> None:
+    # attempt 1 runs 100 s and exits non-zero; attempt 2 is bound at 100 s, starts at 130 s,
+    # succeeds at 400 s: 100 s + 30 s are the failure's cost, the rest is useful
+    from dataclasses import replace
+
+    from spotfleet.ledger.report import build_report
+
+    first = replace(span("A", 0, 100, productive=10), outcome="failed")
+    retry = replace(span("A", 100, 400, attempt=2, productive=130), outcome="succeeded", after_failure=True)
+    led = attribute([seg(0, 400, price="3.6", gpus=1)], [first, retry], now=T0 + timedelta(hours=1))
+    phases: dict[Phase, int] = {}
+    for line in led.lines:
+        phases[line.phase] = phases.get(line.phase, 0) + line.cost
+    assert phases == {Phase.FAILED: 130_000, Phase.USEFUL: 270_000}
+    totals = build_report(led.lines, usage={}, now=T0 + timedelta(hours=1), by=[]).totals.figures()
+    assert totals["failed_attempts_cost"] == 0.13
+    assert totals["interruption_cost"] == 0.0

@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_and_exit_2(db: tuple[str, str]) -> None:
         result = runner.invoke(app, ["cost", "report", "--db", url, *args])
         assert result.exit_code == 2, args
         assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
-    assert runner.invoke(app, ["cost", "job", "job-nope", "--db", url]).exit_code == 1
+    assert runner.invoke(app, ["cost", "job", "job-nope", "--db", url]).exit_code == 3  # not found (docs/cli.md)
 
 
 def test_billing_rule_option_changes_the_minimum(db: tuple[str, str]) -> None:

@@ -42,7 +42,7 @@ def gpu_telemetry(job_id: str, attempt: int, util: float, mem: float) -> dict[st
 
 
 def beat(h: Harness, instance_id: str, st: JobStatus, telemetry: dict[str, Any] | None = None) -> None:
-    h.controller.heartbeat(TOKEN + instance_id, Heartbeat(jobs=[st], telemetry=telemetry or {}))
+    h.controller.agents.heartbeat(TOKEN + instance_id, Heartbeat(jobs=[st], telemetry=telemetry or {}))
 
 
 def run_interrupted_job(h: Harness) -> str:
@@ -203,3 +203,71 @@ def test_grafana_dashboard_uses_only_exported_metrics(sqlite_store: Store, tmp_p
     # a family with no samples yet (no notices, no GPUs) is still declared by name
     missing = {m for m in used if m not in exported and m.removesuffix("_total") not in exported}
     assert used and not missing, missing
+
+
+def test_live_spend_equals_the_ledger_once_the_fleet_is_idle(sqlite_store: Store, tmp_path: Path) -> None:
+    """The demo's live "spent so far" and its final ledger agree: the live view
+    bills the same minimums (a 10 s instance pays 60 s) once instances end."""
+    from datetime import timedelta
+
+    from spotfleet.spend import summarize
+
+    offerings = [gpu_offering(zone="us-east-1a", spot=0.90), gpu_offering(zone="us-east-1b", spot=0.95)]
+    h = make_harness(sqlite_store, tmp_path, FakeProvider(offering_list=offerings))
+    run_interrupted_job(h)
+    short = h.submit(name="short")
+    h.step()
+    h.register_all()
+    h.clock.advance(seconds=10)
+    inst = h.job(short.id).instance_ids[0]
+    beat(h, inst, JobStatus(job_id=short.id, attempt=1, status="exited", exit_code=0))
+    h.controller.down(grace=timedelta(seconds=30))
+    h.step()
+    h.step()
+    assert not h.live()
+    now = h.clock.now() + timedelta(hours=1)
+    live = summarize(h.store, now=now)
+    ledger = compute_report(h.store, now=now).totals
+    assert abs(live.total - ledger.cost / 1e6) < 1e-4
+    assert abs(live.on_demand_equivalent - ledger.on_demand / 1e6) < 1e-4
+    assert ledger.billing_minimum > 0, "the short instance paid its minimum in both views"
+
+
+def test_metrics_spend_equals_the_ledger_while_running_and_after(sqlite_store: Store, tmp_path: Path) -> None:
+    """Issue 14, point 7: ``spotfleet_spend_usd_total`` is the ledger's total
+    (``spotfleet cost report``), not a second definition of spend: checked with
+    an instance still running, after a short one that paid its minimum, and
+    once the fleet is idle."""
+    from datetime import timedelta
+
+    offerings = [gpu_offering(zone="us-east-1a", spot=0.90), gpu_offering(zone="us-east-1b", spot=0.95)]
+    h = make_harness(sqlite_store, tmp_path, FakeProvider(offering_list=offerings))
+    client = TestClient(create_app(h.controller))
+
+    def scraped() -> float:
+        fams = text_string_to_metric_families(client.get("/metrics").text)
+        return sum(s.value for f in fams for s in f.samples if s.name == "spotfleet_spend_usd_total")
+
+    def agree() -> None:
+        ledger = compute_report(h.store, now=h.clock.now()).totals
+        assert abs(scraped() - ledger.cost / 1e6) < 1e-4, (scraped(), ledger.cost / 1e6)
+
+    long = h.submit(name="long")
+    short = h.submit(name="short", priority="opportunistic")
+    h.step()
+    h.register_all()
+    h.clock.advance(seconds=10)
+    beat(h, h.job(short.id).instance_ids[0], JobStatus(job_id=short.id, attempt=1, status="exited", exit_code=0))
+    h.step()
+    h.clock.advance(seconds=20)
+    agree()  # one instance open, the other maybe ended early
+    h.clock.advance(seconds=900)
+    beat(h, h.job(long.id).instance_ids[0], JobStatus(job_id=long.id, attempt=1, status="running"))
+    h.step()
+    agree()
+    h.controller.down(grace=timedelta(seconds=30))
+    h.step()
+    h.step()
+    h.clock.advance(seconds=3600)
+    agree()
+    assert scraped() > 0

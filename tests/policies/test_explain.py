@@ -74,3 +74,19 @@ def test_rejections_group_by_constraint() -> None:
     assert constraint_of("GPU RTX PRO Server 6000 not in ['H100']") == "GPU * not in ['H100']"
     assert constraint_of("1 GPUs < 8 needed per node") == "GPUs < 8 needed per node"
     assert constraint_of("$3.00/h > max price $2.50/h") == "price > max price $2.50/h"
+
+
+def test_explain_says_when_the_controller_runs_another_policy(tmp_path: Path) -> None:
+    """Under ``policy: simple`` the ranking shown is spotfleet's: the explanation says so."""
+    from spotfleet.policies.simple import SimplePolicy
+    from spotfleet.store import Store
+    from tests.controller.harness import make_harness
+
+    store = Store(f"sqlite:///{tmp_path / 'explain.db'}")
+    store.migrate()
+    h = make_harness(store, tmp_path)
+    assert isinstance(h.controller.policy, SimplePolicy)
+    job = h.submit(name="train", resources={"gpus": 1})
+    out = h.controller.explain(job.id)
+    assert out["policy"] == "spotfleet"
+    assert "runs the 'simple' policy" in out["policy_note"]

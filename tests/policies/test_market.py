@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
@@ -236,7 +237,7 @@ def test_a_planned_drain_buys_no_replacement_but_a_reclaim_notice_does() -> None
     od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
     deadline = T0 + timedelta(hours=10)
 
-    def draining(notice: str | None) -> list[Any]:
+    def draining(notice: NoticeKind | None) -> list[Any]:
         inst = instance("spot", spot_offer, state=InstanceState.DRAINING)
         inst.notice_kind = notice
         j = running("d", inst, (0,), state=JobState.DRAINING, deadline=deadline.isoformat(),
@@ -245,7 +246,7 @@ def test_a_planned_drain_buys_no_replacement_but_a_reclaim_notice_does() -> None
             snapshot(jobs=[j], instances=[inst], offerings=[spot_offer, od_offer])))  # fmt: skip
 
     assert draining(None) == []  # the policy's own move: the requeued job is placed by its market rule
-    (replacement,) = draining("spot_interruption")
+    (replacement,) = draining(NoticeKind.SPOT_INTERRUPTION)
     assert replacement.reserved_for == "d" and replacement.offering.market is Market.SPOT
 
 

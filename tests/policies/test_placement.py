@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import timedelta
 
+from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
@@ -137,7 +138,7 @@ def test_cap_model_respects_slices_memory_and_fractions() -> None:
 def test_job_draining_for_a_notice_reserves_replacement_capacity_without_binding() -> None:
     doomed = instance("old", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0),
                       state=InstanceState.DRAINING)  # fmt: skip
-    doomed.notice_kind = "spot_interruption"  # only a notice earns a replacement bought ahead
+    doomed.notice_kind = NoticeKind.SPOT_INTERRUPTION  # only a notice earns a replacement bought ahead
     leaving = running("d", doomed, (0,), state=JobState.DRAINING)
     spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, zone="use1-az2")
     snap = snapshot(jobs=[leaving], instances=[doomed], offerings=[spot])
@@ -162,7 +163,7 @@ def test_plan_is_deterministic() -> None:
 def test_replacement_is_bought_ahead_of_a_reclaim_and_held_for_its_job() -> None:
     spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24)
     doomed = instance("doomed", spot)
-    doomed.notice_kind = "spot_interruption"
+    doomed.notice_kind = NoticeKind.SPOT_INTERRUPTION
     victim = running("v", doomed, (0,))
     other_zone = offering("g5.xlarge", "A10G", 1, 0.32, market=Market.SPOT, on_demand=1.0, gpu_memory_gib=24,
                           zone="use1-az2")  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spotfleet.model.instance import Instance
+from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Drain, Launch, Preempt, Terminate
@@ -118,3 +118,52 @@ def test_non_interruptible_normal_jobs_stay_off_spot() -> None:
     cmds = SpotfleetPolicy().decide(snapshot(jobs=[job("pinned", interruptible=False)], instances=[spot],
                                              offerings=[offering("g5.xlarge", "A10G", 1, 1.0)]))  # fmt: skip
     assert [lc.offering.market for lc in of_type(cmds, Launch)] == [Market.ON_DEMAND]
+
+
+def test_a_job_preempted_twice_in_the_last_hour_is_no_longer_a_victim() -> None:
+    from spotfleet.model.statemachine import TransitionRecord
+
+    box = _od_box("i1")
+    victim = running("v", box, tuple(range(8)), priority="opportunistic", resources={"gpus": 8})
+    victim.history = [TransitionRecord("running", "draining", T0 - timedelta(minutes=m), "preempted: for x")
+                      for m in (10, 40)]  # fmt: skip
+    urgent = job("urgent", priority="critical", resources={"gpus": 8})
+    assert not of_type(SpotfleetPolicy().decide(snapshot(jobs=[victim, urgent], instances=[box], offerings=[])),
+                       Preempt)  # fmt: skip
+    victim.history = victim.history[:1]  # once: still a victim
+    assert of_type(SpotfleetPolicy().decide(snapshot(jobs=[victim, urgent], instances=[box], offerings=[])), Preempt)
+
+
+def test_budget_freed_for_an_urgent_job_is_held_from_lower_tiers() -> None:
+    """The livelock of issue 14: instances draining for a critical job still count
+    against the cap, so the critical job waits; the requeued victims are planned
+    after it and must not re-buy the headroom it is waiting for."""
+    spot = offering("p3.2xlarge", "V100", 1, 0.9, market=Market.SPOT, on_demand=3.06)
+    od = offering("p3.2xlarge", "V100", 1, 3.06)
+    leaving = [instance(f"d{i}", spot, state=InstanceState.DRAINING) for i in range(2)]
+    for inst in leaving:
+        inst.reserved_for = "urgent"
+    draining = [running(f"o{i}", inst, (0,), priority="opportunistic", state=JobState.DRAINING)
+                for i, inst in enumerate(leaving)]  # fmt: skip
+    requeued = job("o9", priority="opportunistic")  # its instance already left
+    urgent = job("urgent", priority="critical")
+    snap = snapshot(jobs=[*draining, requeued, urgent], instances=leaving, offerings=[spot, od],
+                    budgets=(Budget(3.5),))  # fmt: skip
+    result = SpotfleetPolicy().plan(snap)
+    assert not of_type(result.commands, Launch), result.outcomes["o9"]
+    assert not of_type(result.commands, Drain)  # the room on its way is enough: no new victims
+
+
+def test_two_budget_blocked_critical_jobs_do_not_block_each_others_preemption() -> None:
+    """Shrunk by the invariant suite (tests/controller/test_invariants.py): with
+    three critical jobs waiting under a $3.5/h cap, each counted the others'
+    budget holds as its own shortfall and nothing was ever preempted."""
+    spot = offering("p3.2xlarge", "V100", 1, 0.9, market=Market.SPOT, on_demand=3.06)
+    od = offering("p3.2xlarge", "V100", 1, 3.06)
+    boxes = [instance(f"s{i}", spot) for i in range(3)]
+    victims = [running(f"o{i}", box, (0,), priority="opportunistic") for i, box in enumerate(boxes)]
+    urgent = [job(f"urgent{i}", priority="critical", created=T0 - timedelta(minutes=10 - i)) for i in range(3)]
+    snap = snapshot(jobs=[*victims, *urgent], instances=boxes, offerings=[spot, od], budgets=(Budget(3.5),))
+    result = SpotfleetPolicy().plan(snap)
+    drains = of_type(result.commands, Drain)
+    assert len(drains) == 3 and {d.for_job for d in drains} == {"urgent0"}, result.notes

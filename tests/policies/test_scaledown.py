@@ -97,3 +97,25 @@ def test_first_method_that_yields_wins_and_the_list_is_injectable() -> None:
 
     result = SpotfleetPolicy(methods=[never, emptiness]).plan(snap)
     assert calls == ["never"] and result.scale_down_method == "emptiness"
+
+
+def test_replacement_moves_a_lone_small_job_off_a_big_box_onto_a_cheaper_one_that_fits() -> None:
+    from spotfleet.policies.scaledown import replacement
+
+    box = offering("g5.12xlarge", "A10G", 4, 2.08, gpu_memory_gib=24)
+    small = offering("g5.xlarge", "A10G", 1, 0.43, gpu_memory_gib=24)
+    big = instance("big", box)
+    lonely = running("lonely", big, (0,), checkpoint_at=T0 - timedelta(minutes=10))
+    snap = snapshot(jobs=[lonely], instances=[big], offerings=[box, small])
+    result = SpotfleetPolicy().plan(snap)
+    # savings $1.65/h; disruption = (10 min lost + 10 min restart) × $2.08 + 10 min × $0.43 = $0.77 → 2.1/h ≥ 1
+    assert result.scale_down_method == "replacement"
+    (drain,) = of_type(result.commands, Drain)
+    assert drain.instance_id == "big" and "replace: g5.xlarge" in drain.reason
+    # nothing cheaper fits: no replacement
+    assert (
+        SpotfleetPolicy(methods=[replacement]).decide(snapshot(jobs=[lonely], instances=[big], offerings=[box])) == []
+    )
+    # a high bar (threshold) keeps it
+    strict = SpotfleetPolicy(Knobs(consolidation_threshold_per_h=5.0), methods=[replacement])
+    assert not of_type(strict.decide(snap), Drain)

@@ -31,7 +31,7 @@ def test_simulate_prints_a_summary_and_writes_json_and_plot(tmp_path: Path) -> N
     result = CliRunner().invoke(
         app,
         ["simulate", "--traces", str(traces), "--workload", str(workload), "--policy", "greedy",
-         "--json", str(out), "--plot", str(png)],
+         "--json-out", str(out), "--plot", str(png)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "deadline misses" in result.output and "GPU-hours used" in result.output
@@ -72,3 +72,39 @@ def test_optimal_and_errors(tmp_path: Path) -> None:
     typo.write_text("jobs:\n  - {name: train, work: 2h, resource: {gpus: 1}}\n")
     bad = runner.invoke(app, ["simulate", "--traces", str(traces), "--workload", str(typo), "--policy", "greedy"])
     assert bad.exit_code == 2 and "jobs[0].resource" in bad.output
+
+
+def test_bundled_traces_and_workloads_run_without_the_reference_data(tmp_path: Path) -> None:
+    """`--traces builtin:...` needs nothing outside the package (a bare install)."""
+    out = tmp_path / "fleet.json"
+    result = CliRunner().invoke(
+        app, ["simulate", "--traces", "builtin:gcp-h100", "--workload", "builtin:fleet", "-o", "json",
+              "--json-out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc == json.loads(out.read_text())
+    assert doc["deadline_misses"] == 0 and doc["unfinished"] == 0
+    assert 0 < doc["cost"] < doc["on_demand_cost"]
+    typo = CliRunner().invoke(app, ["simulate", "--traces", "builtin:gcp-h10", "--workload", "builtin:fleet"])
+    assert typo.exit_code == 2 and "did you mean builtin:gcp-h100?" in typo.stderr
+
+
+def test_every_bundled_set_is_small_valid_and_attributed() -> None:
+    from spotfleet.sim import builtin
+    from spotfleet.sim.traces import load_traces
+
+    root = Path(__file__).resolve().parents[2] / "spotfleet" / "data" / "traces"
+    readme = (root / "README.md").read_text()
+    assert "Apache License 2.0" in readme and "skypilot-org/spot-traces" in readme
+    assert builtin.trace_sets() == ["aws-v100", "aws-v100-16node", "aws-v100-preemption", "gcp-h100"]
+    for name in builtin.trace_sets():
+        folder = builtin.resolve_traces(f"builtin:{name}")
+        size = sum(p.stat().st_size for p in folder.glob("*.json"))
+        assert size < 100_000, f"{name} is {size} bytes: keep samples small"
+        traces = load_traces([folder])
+        assert len(traces.zones) >= 2
+        assert all("sample bundled with spotfleet" in z.source for z in traces.zones)
+        assert f"`{name}`" in readme
+    examples = Path(__file__).resolve().parents[2] / "examples" / "workload.yaml"
+    assert builtin.resolve_workload("builtin:fleet").read_text() == examples.read_text()

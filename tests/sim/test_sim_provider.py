@@ -19,7 +19,7 @@ from spotfleet.providers.base import (
     LaunchRequest,
     Provider,
 )
-from spotfleet.providers.sim import SimProvider
+from spotfleet.sim.provider import SimProvider
 from spotfleet.sim.traces import TraceSet
 
 from .helpers import MakeSet

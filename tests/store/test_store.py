@@ -11,13 +11,14 @@ from alembic.migration import MigrationContext
 from spotfleet.clock import FakeClock
 from spotfleet.errors import NotFound
 from spotfleet.model import Binding, Instance, InstanceState, Job, JobState
+from spotfleet.model.changes import AttemptEnd, AttemptStart, Changes
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import NodeReport
 from spotfleet.model.spec import parse_spec
 from spotfleet.providers.fake import gpu_offering
 from spotfleet.store import Store
 from spotfleet.store.schema import Base
-from spotfleet.store.store import AttemptEnd, AttemptStart, Changes, hash_token
+from spotfleet.store.store import hash_token
 
 
 def new_job(clock: FakeClock, job_id: str = "job-1", **spec: object) -> Job:

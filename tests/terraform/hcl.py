@@ -1,7 +1,8 @@
 """Read the terraform modules with python-hcl2, as plain data the tests can query.
 
-No terraform binary can be installed here, so the tests read the HCL itself:
-literal values come back as Python values, expressions as their source text
+These tests read the HCL itself, so they also run where no terraform binary is
+installed (``test_terraform_cli.py`` and ``test_terraform_apply_moto.py`` run the
+real binary): literal values come back as Python values, expressions as their source text
 (``"${var.cluster}"``). Helpers resolve the one kind of indirection the modules
 use on purpose, a whole-value ``${local.NAME}`` reference.
 """

@@ -148,6 +148,6 @@ def test_the_controller_instance_config_needs_the_token_its_service_reads(
     path.write_text(yaml.safe_dump(config))
     with pytest.raises(InvalidSpec, match="without an API token"):
         load_config(path)
-    monkeypatch.setenv("SPOTFLEET_API_TOKEN", "t0ken")
+    monkeypatch.setenv("SPOTFLEET_API_TOKEN", "t0ken-long-enough-for-the-api")
     loaded = load_config(path)
-    assert loaded.api.host == "0.0.0.0" and loaded.api.token == "t0ken"
+    assert loaded.api.host == "0.0.0.0" and loaded.api.token == "t0ken-long-enough-for-the-api"

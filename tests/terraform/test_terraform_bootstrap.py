@@ -10,7 +10,7 @@ from string import Template
 
 import pytest
 
-from spotfleet import bootstrap
+from spotfleet.providers import bootstrap
 from spotfleet.providers.base import AgentBootstrap
 from tests.terraform.hcl import MODULES, call_arguments, module, unwrap
 

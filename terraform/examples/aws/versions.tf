@@ -3,8 +3,10 @@ terraform {
 
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = "5.80.0"
+      source = "hashicorp/aws"
+      # 5.80 or a later 5.x (validated and applied with 5.100.0); `terraform
+      # init` records the one it picked in .terraform.lock.hcl.
+      version = "~> 5.80"
     }
   }
 }

@@ -3,8 +3,10 @@ terraform {
 
   required_providers {
     google = {
-      source  = "hashicorp/google"
-      version = "6.12.0"
+      source = "hashicorp/google"
+      # 6.12 or a later 6.x; `terraform init` records the one it picked in
+      # .terraform.lock.hcl.
+      version = "~> 6.12"
     }
   }
 }

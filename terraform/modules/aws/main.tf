@@ -16,7 +16,7 @@ locals {
   cluster_tag_key = "spotfleet:cluster"
   tags            = merge(var.tags, { (local.cluster_tag_key) = var.cluster })
 
-  # The one bootstrap template spotfleet.bootstrap renders for every launch.
+  # The one bootstrap template spotfleet.providers.bootstrap renders for every launch.
   bootstrap_template = coalesce(var.bootstrap_template_path, "${path.module}/../../../spotfleet/templates/agent-bootstrap.sh")
 
   controller_url = "http://${aws_network_interface.controller.private_ip}:${var.api_port}"

@@ -152,8 +152,15 @@ variable "api_token_parameter" {
   type        = string
 
   validation {
-    condition     = can(regex("^[a-zA-Z0-9_.\\-/]{1,1011}$", var.api_token_parameter))
-    error_message = "api_token_parameter must be an SSM parameter name."
+    # SSM's rules: at most 1011 characters of a-z A-Z 0-9 _ . - /; a hierarchy
+    # starts with "/"; the prefixes aws and ssm are reserved. (A regex repeat
+    # such as {1,1011} would exceed RE2's limit of 1000 and never match.)
+    condition = (
+      length(var.api_token_parameter) <= 1011
+      && can(regex("^(/[a-zA-Z0-9_.-]+)+$|^[a-zA-Z0-9_.-]+$", var.api_token_parameter))
+      && !can(regex("^/?(?i:aws|ssm)", var.api_token_parameter))
+    )
+    error_message = "api_token_parameter must be an SSM parameter name: at most 1011 of a-z A-Z 0-9 _ . - /, a hierarchy starting with /, not starting with aws or ssm."
   }
 }
 
@@ -163,8 +170,14 @@ variable "database_url_parameter" {
   default     = null
 
   validation {
-    condition     = var.database_url_parameter == null || can(regex("^[a-zA-Z0-9_.\\-/]{1,1011}$", var.database_url_parameter))
-    error_message = "database_url_parameter must be null or an SSM parameter name."
+    # The same rules as api_token_parameter.
+    condition = var.database_url_parameter == null || try(
+      length(var.database_url_parameter) <= 1011
+      && can(regex("^(/[a-zA-Z0-9_.-]+)+$|^[a-zA-Z0-9_.-]+$", var.database_url_parameter))
+      && !can(regex("^/?(?i:aws|ssm)", var.database_url_parameter)),
+      false
+    )
+    error_message = "database_url_parameter must be null or an SSM parameter name: at most 1011 of a-z A-Z 0-9 _ . - /, a hierarchy starting with /, not starting with aws or ssm."
   }
 }
 

@@ -5,8 +5,9 @@ terraform {
   required_providers {
     aws = {
       source = "hashicorp/aws"
-      # Modules state the range they are written against; the examples pin exactly.
-      version = ">= 5.40.0, < 6.0.0"
+      # Any 5.x from 5.80 on (tested with 5.100.0); the exact version
+      # is recorded in the root's .terraform.lock.hcl, not pinned here.
+      version = "~> 5.80"
     }
   }
 }

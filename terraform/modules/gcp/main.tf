@@ -8,7 +8,7 @@ locals {
   cluster_label_key = "spotfleet-cluster"
   labels            = merge(var.labels, { (local.cluster_label_key) = var.cluster })
 
-  # The one bootstrap template spotfleet.bootstrap renders for every launch.
+  # The one bootstrap template spotfleet.providers.bootstrap renders for every launch.
   bootstrap_template = coalesce(var.bootstrap_template_path, "${path.module}/../../../spotfleet/templates/agent-bootstrap.sh")
 
   worker_network_tag     = "${local.name}-worker"

@@ -1,59 +1,17 @@
-"""pytest fixtures for the AWS provider tests (helpers and shims live in ``aws_moto``)."""
+"""pytest fixtures for the AWS provider tests (helpers and shims live in ``aws_moto``;
+the moto server itself is in ``tests/providers/conftest.py``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 import pytest
-from aws_moto import CLUSTER, REGION, CatalogPrices, FleetShim, free_port, make_config
+from aws_moto import CLUSTER, REGION, CatalogPrices, FleetShim, make_config
 
 from spotfleet.clock import FakeClock
 from spotfleet.providers.aws import AwsProvider, AwsProviderConfig
-
-
-@pytest.fixture(scope="session")
-def moto_endpoint() -> Iterator[str]:
-    """A moto server subprocess on a free loopback port, for the whole session."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "false"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:  # waiting for a subprocess to bind, not for a policy
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError("moto server did not start") from None
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-@pytest.fixture
-def moto(moto_endpoint: str) -> str:
-    """The endpoint, with moto's state reset so every test starts from an empty account."""
-    req = urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST")
-    urllib.request.urlopen(req, timeout=10).close()
-    return moto_endpoint
 
 
 @pytest.fixture

@@ -91,6 +91,35 @@ def agent_config_from_user_data(ec2: Any, fleet: FleetShim, request_id: str) -> 
     return config
 
 
+def boot_node(
+    ec2: Any, fleet: FleetShim, instance: Any, work_dir: Path, *, cluster: str = CLUSTER
+) -> tuple[AwsImdsServer, subprocess.Popen[bytes]]:
+    """Boot a launched instance as EC2 would: an IMDSv2 for it, and the agent its
+    launch's user data configures (``<work_dir>.log`` holds the agent's output)."""
+    imds = AwsImdsServer(instance_id=instance.provider_id, zone=instance.offering.zone,
+                         instance_type=instance.offering.instance_type).start()  # fmt: skip
+    agent = agent_config_from_user_data(ec2, fleet, instance.request_id)
+    assert agent["cluster"] == cluster and agent["metadata"] == "aws"
+    log = open(work_dir.with_suffix(".log"), "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spotfleet.agent", "--controller-url", agent["controller_url"],
+         "--token", agent["token"], "--provider-id", imds_instance_id(imds.url),
+         "--work-dir", str(work_dir), "--gpus", "1", "--metadata", "aws",
+         "--metadata-url", imds.url, "--heartbeat-seconds", "0.5"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return imds, proc
+
+
+def provisioned(store: Any, exclude: set[str]) -> Any:
+    """A launched instance (PROVISIONING or RUNNING) not in ``exclude``, or None."""
+    return next(
+        (i for i in store.list_instances() if i.provider_id and i.id not in exclude
+         and i.state in (InstanceState.PROVISIONING, InstanceState.RUNNING)),
+        None,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def queue(moto: str, session: boto3.Session) -> str:
     sqs = session.client("sqs", endpoint_url=moto)
@@ -147,32 +176,10 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         store = service.store
 
         def play(instance: Any, name: str) -> AwsImdsServer:
-            """Boot the node: IMDS for this instance, agent from the launch's user data."""
-            imds = AwsImdsServer(
-                instance_id=instance.provider_id,
-                zone=instance.offering.zone,
-                instance_type=instance.offering.instance_type,
-            ).start()
+            imds, agent = boot_node(ec2, fleet, instance, tmp_path / name)
             servers.append(imds)
-            request_id = instance.request_id
-            agent = agent_config_from_user_data(ec2, fleet, request_id)
-            assert agent["cluster"] == CLUSTER and agent["metadata"] == "aws"
-            log = open(tmp_path / f"{name}.log", "wb")
-            agents.append(subprocess.Popen(
-                [sys.executable, "-m", "spotfleet.agent", "--controller-url", agent["controller_url"],
-                 "--token", agent["token"], "--provider-id", imds_instance_id(imds.url),
-                 "--work-dir", str(tmp_path / name), "--gpus", "1", "--metadata", "aws",
-                 "--metadata-url", imds.url, "--heartbeat-seconds", "0.5"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            ))  # fmt: skip
+            agents.append(agent)
             return imds
-
-        def provisioned(exclude: set[str]) -> Any:
-            return next(
-                (i for i in store.list_instances() if i.provider_id and i.id not in exclude
-                 and i.state in (InstanceState.PROVISIONING, InstanceState.RUNNING)),
-                None,
-            )  # fmt: skip
 
         spec = parse_spec({
             "name": "e2e-train", "priority": "opportunistic",
@@ -184,7 +191,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
         job = service.controller.submit(spec)
 
         # 2. a tagged spot instance appears in moto; the test boots it
-        first = wait_for("the first instance", lambda: provisioned(set()))
+        first = wait_for("the first instance", lambda: provisioned(store, set()))
         [cloud] = [
             i for r in ec2.describe_instances(InstanceIds=[first.provider_id])["Reservations"] for i in r["Instances"]
         ]
@@ -206,7 +213,7 @@ def test_spot_interruption_on_aws_resumes_the_job_elsewhere(
             e.provider_instance_id == first.provider_id and e.kind is NoticeKind.SPOT_INTERRUPTION
             for e in getattr(provider, "polled", [])
         ))  # fmt: skip
-        second = wait_for("a replacement instance", lambda: provisioned({first.id}), timeout=60)
+        second = wait_for("a replacement instance", lambda: provisioned(store, {first.id}), timeout=60)
         assert second.provider_id != first.provider_id and second.request_id != first.request_id
         # the replacement may be bought ahead of the reclaim, while the job still drains
         play(second, "node-2")

@@ -20,7 +20,6 @@ from aws_moto import (
     tagged_instances,
 )
 
-from spotfleet.bootstrap import render_bootstrap
 from spotfleet.clock import FakeClock
 from spotfleet.errors import InsufficientCapacity, PermanentError, QuotaExceeded, Throttled
 from spotfleet.model.offering import Market
@@ -31,6 +30,7 @@ from spotfleet.providers.base import (
     TAG_REQUEST_ID,
     CloudState,
 )
+from spotfleet.providers.bootstrap import render_bootstrap
 
 
 def test_create_fleet_request_is_exactly_what_the_issue_asks(

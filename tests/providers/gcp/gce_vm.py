@@ -3,7 +3,7 @@ emulated GCP metadata server.
 
 ``VmFleet.sync()`` plays the hypervisor: for every RUNNING instance the local
 Compute server holds, it boots a VM the way GCE would — it reads the instance's
-``startup-script`` (rendered by ``spotfleet.bootstrap``), takes the agent config
+``startup-script`` (rendered by ``spotfleet.providers.bootstrap``), takes the agent config
 the script would write, and starts the node agent with it. A VM whose instance
 is gone (deleted, or preempted with action DELETE) is killed with its jobs.
 

@@ -54,6 +54,7 @@ def test_stockout_falls_through_to_the_next_zone_in_one_step_and_is_avoided_for_
         cluster=CLUSTER,
         settings=settings,
         data_dir=tmp_path,
+        controller_url=lambda: "https://controller.internal:8443",
     )
     gce.stockout("us-east4-a", how="operation")
 

@@ -31,7 +31,6 @@ from google.auth.credentials import AnonymousCredentials
 from spotfleet.api.app import create_app
 from spotfleet.clock import SystemClock
 from spotfleet.controller.controller import Controller
-from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.job import JobState
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.simple import SimplePolicy
@@ -70,8 +69,8 @@ def controller(tmp_path: Path, gce_server: ComputeServer, api_port: int) -> Iter
         policy=SimplePolicy(idle_ttl=timedelta(seconds=1)),
         clock=clock,
         cluster=CLUSTER,
-        settings=PlanSettings(idle_ttl=timedelta(seconds=1)),
         data_dir=tmp_path,
+        controller_url=lambda: f"http://127.0.0.1:{api_port}",
         heartbeat_seconds=0.2,
     )
     server = uvicorn.Server(
@@ -82,7 +81,6 @@ def controller(tmp_path: Path, gce_server: ComputeServer, api_port: int) -> Iter
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    ctl.controller_url = f"http://127.0.0.1:{api_port}"
     yield ctl
     server.should_exit = True
     thread.join(timeout=10)

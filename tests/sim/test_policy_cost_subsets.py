@@ -1,0 +1,72 @@
+"""bench/policy_cost.py --subsets: every K-zone subset is its own market, with
+mean and worst ratio to the optimum per policy (CI-sized: 3 hand-made zones)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from .helpers import trace_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("policy_cost", ROOT / "bench" / "policy_cost.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["policy_cost"] = module  # its dataclasses resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_traces(folder: Path) -> Path:
+    folder.mkdir()
+    for zone, avail, spot in (
+        ("us-east-1a", [1, 1, 0, 0, 1, 1] * 10, 1.0),
+        ("us-east-1b", [0, 1, 1, 1, 1, 0] * 10, 1.4),
+        ("us-west-2a", [1, 0, 1, 0, 1, 1] * 10, 0.8),
+    ):
+        tf = trace_file(zone, avail, tick=1800, spot=spot, on_demand=3.06)
+        (folder / f"{zone}.json").write_text(tf.model_dump_json())
+    return folder
+
+
+def test_subset_list_is_every_combination_or_an_even_sample() -> None:
+    b = bench()
+    zones = ["a", "b", "c", "d", "e"]
+    every = b.subset_list(zones, 3)
+    assert len(every) == 10 and every[0] == ("a", "b", "c") and every[-1] == ("c", "d", "e")
+    sample = b.subset_list(zones, 3, limit=4)
+    assert len(sample) == 4 and len(set(sample)) == 4 and set(sample) <= set(every)
+
+
+def test_subsets_mode_reports_mean_and_worst_per_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = write_traces(tmp_path / "traces")
+    code = bench().main(
+        ["--traces", str(traces), "--subsets", "2", "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+         "--policies", "greedy", "spotfleet"]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 2-zone subsets" in out and "worst subset" in out
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    by = {d["policy"]: d for d in lines}
+    assert set(by) == {"optimal", "greedy", "spotfleet"}
+    for d in lines:
+        assert d["mode"] == "subsets" and d["subsets"] == 3 and d["runs"] == 6 and d["k"] == 2
+        assert d["worst_subset_ratio"] >= d["mean_ratio"] > 0
+        assert d["worst_start_ratio"] >= d["worst_subset_ratio"] - 1e-9
+    assert by["optimal"]["mean_ratio"] == pytest.approx(1.0) and by["optimal"]["deadline_misses"] == 0
+    for p in ("greedy", "spotfleet"):
+        assert by[p]["mean_ratio"] >= 1.0 - 1e-9  # nothing beats the omniscient optimum
+
+
+def test_subsets_larger_than_the_zones_is_an_error(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path / "traces")
+    assert bench().main(["--traces", str(traces), "--subsets", "4", "--starts", "1"]) == 2
