@@ -10,7 +10,7 @@ that missed answers converges on the next one.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +20,13 @@ from spotfleet.model.events import NoticeKind
 # (an interruption, not a failure): the agent and the controller agree on it.
 CHECKPOINTED_EXIT_CODE = 85
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Counters the store keeps in 32-bit INTEGER columns (attempts, ranks, exit
+# codes, checkpoint steps): a larger number from an agent is its mistake, a 422
+# naming the field, not PostgreSQL's "integer out of range" as a 500.
+Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
+Count32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
+
 
 class Wire(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -28,7 +35,7 @@ class Wire(BaseModel):
 class RegisterRequest(Wire):
     provider_id: str | None = None
     hostname: str = ""
-    gpus: int = 0
+    gpus: Count32 = 0
     agent_version: str = ""
     metadata_flavor: str | None = None
     info: dict[str, Any] = Field(default_factory=dict)
@@ -36,16 +43,16 @@ class RegisterRequest(Wire):
 
 class CheckpointInfo(Wire):
     path: str
-    step: int | None = None
+    step: Count32 | None = None
     at: datetime
 
 
 class JobStatus(Wire):
     job_id: str
-    attempt: int
-    node_rank: int = 0
+    attempt: Count32
+    node_rank: Count32 = 0
     status: str  # started | running | exited | refused (the agent cannot give it its GPU share here)
-    exit_code: int | None = None
+    exit_code: Int32 | None = None
     checkpoint: CheckpointInfo | None = None
     progress: dict[str, Any] = Field(default_factory=dict)
     isolation: str | None = None  # mig | mps | time-sliced | whole (spotfleet.model.partition)
@@ -63,8 +70,8 @@ class AgentEvent(Wire):
     message: str
     at: datetime
     job_id: str | None = None
-    attempt: int | None = None
-    node_rank: int | None = None
+    attempt: Count32 | None = None
+    node_rank: Count32 | None = None
     data: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -143,7 +150,7 @@ class HeartbeatResponse(Wire):
 
 class LogChunk(Wire):
     job_id: str
-    attempt: int
-    node_rank: int = 0
-    offset: int
+    attempt: Count32
+    node_rank: Count32 = 0
+    offset: Annotated[int, Field(ge=0, le=2**53)]
     data: str

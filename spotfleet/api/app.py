@@ -271,7 +271,7 @@ def create_app(
         state: Annotated[list[JobState] | None, Query()] = None,
         tenant: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-        offset: Annotated[int, Query(ge=0)] = 0,
+        offset: Annotated[int, Query(ge=0, le=limits.MAX_QUERY_INT)] = 0,
     ) -> list[dict[str, Any]]:
         """The newest ``limit`` jobs matching the filters (oldest first), skipping the
         ``offset`` newest: page back with ``offset += limit``. Filtered and paged in
@@ -317,9 +317,9 @@ def create_app(
     def logs(
         job_id: str,
         who: User,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
-        offset: Annotated[int | None, Query(ge=0)] = None,
-        node: Annotated[int, Query(ge=0)] = 0,
+        attempt: Annotated[int | None, Query(ge=1, le=limits.MAX_QUERY_INT)] = None,
+        offset: Annotated[int | None, Query(ge=0, le=limits.MAX_QUERY_INT)] = None,
+        node: Annotated[int, Query(ge=0, le=limits.MAX_QUERY_INT)] = 0,
     ) -> Response:
         """All attempts' logs as text; with ``attempt`` and ``offset``, the raw
         bytes of one attempt from that byte on (what ``logs --follow`` polls)."""

@@ -24,6 +24,10 @@ DEFAULT_MAX_BODY = 1024 * 1024
 # refused by the spec's own validation, naming the field
 NUL_ALLOWED = frozenset({"/v1/agent/logs", "/v1/jobs"})
 MAX_DEPTH = 32
+# the largest integer a query parameter may carry: a page offset or byte offset
+# past it can name nothing stored, and PostgreSQL refuses a number outside
+# BIGINT ("bigint out of range": a 500 the fuzzer found in CI)
+MAX_QUERY_INT = 2**53
 
 
 class BodyRefused(ValueError):

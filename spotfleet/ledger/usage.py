@@ -33,7 +33,7 @@ from typing import Any
 from spotfleet.ledger.types import AttemptUsage, UsageCounters
 from spotfleet.model.changes import EventRecord, UsageUpdate
 from spotfleet.store.store import Store
-from spotfleet.wire import Heartbeat, JobStatus
+from spotfleet.wire import INT32_MAX, INT32_MIN, Heartbeat, JobStatus
 
 IDLE_UTILIZATION_PCT = 5.0
 IDLE_ALERT_AFTER = timedelta(minutes=10)
@@ -42,7 +42,10 @@ ROLLBACK_OUTCOMES = frozenset({"interrupted", "lost", "checkpointed"})
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer the store can keep (32-bit), or None: a progress step is free
+    JSON from the job, and one past INTEGER's range must not fail the heartbeat."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and INT32_MIN <= value <= INT32_MAX
+    return value if ok else None
 
 
 def _num(value: Any) -> float | None:

@@ -218,6 +218,34 @@ def test_nul_in_agent_reports_is_refused_before_the_store(h: Harness) -> None:
     assert client.post("/v1/agent/logs", json=log, headers=auth_header).status_code == 200
 
 
+def test_huge_query_integers_are_422_not_a_database_overflow(h: Harness, client: TestClient) -> None:
+    """The fuzzer's find in CI: ``offset`` past BIGINT was PostgreSQL's error, a 500."""
+    h.submit(name="a")
+    resp = client.get("/v1/jobs", params={"offset": 95699997449799055100602245717877063680})
+    assert resp.status_code == 422 and "offset" in resp.json()["error"]
+    assert client.get("/v1/jobs", params={"offset": 2**53}).json() == []
+
+
+def test_agent_numbers_past_the_store_columns_are_refused_or_dropped(h: Harness) -> None:
+    job = h.submit(name="a")
+    h.step()
+    h.register_all()
+    inst = h.job(job.id).instance_ids[0]
+    client = TestClient(create_app(h.controller), raise_server_exceptions=False)
+    auth_header = {"Authorization": f"Bearer {TOKEN}{inst}"}
+    attempt = h.job(job.id).attempt
+    over = {"job_id": job.id, "attempt": attempt, "status": "exited", "exit_code": 2**40}
+    resp = client.post("/v1/agent/heartbeat", json={"jobs": [over]}, headers=auth_header)
+    assert resp.status_code == 422 and "exit_code" in resp.json()["error"]
+    # a progress step is the job's own JSON: one past INTEGER is not kept as a counter,
+    # and the heartbeat that carries it still lands
+    running = {"job_id": job.id, "attempt": attempt, "status": "running", "progress": {"step": 2**40}}
+    resp = client.post("/v1/agent/heartbeat", json={"jobs": [running]}, headers=auth_header)
+    assert resp.status_code == 200, resp.text
+    h.step()
+    assert h.job(job.id).state.value == "running"
+
+
 def test_event_messages_are_redacted_in_the_store(h: Harness) -> None:
     from spotfleet.store.store import EventRecord
 
