@@ -81,6 +81,9 @@ def summary_table(doc: dict[str, Any]) -> Table:
     table.add_column("metric")
     table.add_column("value", justify="right")
     saving = 1 - doc["cost"] / doc["on_demand_cost"] if doc["on_demand_cost"] else 0.0
+    # the share of what was paid for that became kept work (restarts, idle and
+    # redone work are the rest): issue 12 asks for >= 90 % on the example workload
+    utilization = doc["gpu_hours_used"] / doc["gpu_hours_paid"] if doc["gpu_hours_paid"] else 0.0
     rows = [
         ("from", doc["start"][:16]),
         ("to", doc["end"][:16]),
@@ -94,6 +97,7 @@ def summary_table(doc: dict[str, Any]) -> Table:
         ("interruptions", str(doc["interruptions"])),
         ("GPU-hours paid", f"{doc['gpu_hours_paid']:,.1f}"),
         ("GPU-hours used", f"{doc['gpu_hours_used']:,.1f}"),
+        ("GPU-hours used / paid", f"{utilization:.1%}"),
         ("controller steps", str(doc["steps"])),
     ]
     for name, value in rows:

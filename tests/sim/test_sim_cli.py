@@ -40,6 +40,10 @@ def test_simulate_prints_a_summary_and_writes_json_and_plot(tmp_path: Path) -> N
     assert doc["jobs"][0]["state"] == "succeeded"
     assert 0 < doc["cost"] < doc["on_demand_cost"]
     assert doc["gpu_hours_used"] == 2.0
+    # the table's used/paid share is the document's two figures divided
+    share = doc["gpu_hours_used"] / doc["gpu_hours_paid"]
+    assert 0 < share <= 1
+    assert f"{share:.1%}" in result.output.split("GPU-hours used / paid")[1].splitlines()[0]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
