@@ -133,7 +133,7 @@ def test_rendered_controller_script_installs_the_deploy_unit_verbatim(ws: Worksp
         "".join(f'variable "{name}" {{\n  default = {value}\n}}\n' for name, value in variables.items())
         + f'locals {{\n  module_dir = "../modules/{cloud}"\n  region = "us-east-1"\n'
         + '  controller_config = { cluster = "prod" }\n}\n'
-        + f"output \"script\" {{\n  value = {expr}\n}}\n"
+        + f'output "script" {{\n  value = {expr}\n}}\n'
     )
     ws.init(f"render-{cloud}")
     ws.run(f"render-{cloud}", "apply", "-auto-approve", "-no-color", f"-state={root / 'tfstate'}")
