@@ -275,26 +275,25 @@ def create_app(
         jobs = controller.submit_many(specs)
         return JSONResponse(status_code=201, content=[job_view(job, detail=True) for job in jobs])
 
-    @app.get("/v1/jobs")
+    @app.get("/v1/jobs", response_model=list[dict[str, Any]])
     def list_jobs(
         who: User,
-        response: Response,
         state: Annotated[list[JobState] | None, Query()] = None,
         tenant: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
         offset: Annotated[int, Query(ge=0, le=limits.MAX_QUERY_INT)] = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> JSONResponse:
         """The newest ``limit`` jobs matching the filters (oldest first), skipping the
         ``offset`` newest: page back with ``offset += limit``. Filtered and paged in
         SQL; ``X-Total-Count`` says how many match. A tenant token sees its tenant only."""
         if not who.all_tenants:
             if tenant is not None and tenant != who.tenant:
-                response.headers["X-Total-Count"] = "0"
-                return []
+                return JSONResponse([], headers={"X-Total-Count": "0"})
             tenant = who.tenant
         jobs = controller.store.list_jobs(states=state, tenant=tenant, limit=limit, offset=offset, newest=True)
-        response.headers["X-Total-Count"] = str(controller.store.count_jobs(states=state, tenant=tenant))
-        return [job_view(j) for j in jobs]
+        total = str(controller.store.count_jobs(states=state, tenant=tenant))
+        # views are JSON already: FastAPI's jsonable_encoder walk cost 60 ms per 1,000 jobs
+        return JSONResponse([job_view(j) for j in jobs], headers={"X-Total-Count": total})
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, who: User) -> dict[str, Any]:

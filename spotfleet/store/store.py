@@ -285,6 +285,7 @@ class Store:
             query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc())
         else:
             query = select(JobRow).order_by(JobRow.created_at, JobRow.id)
+        query = query.options(defer(JobRow.spec, raiseload=True))
         if states is not None:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if tenant is not None:
@@ -294,7 +295,9 @@ class Store:
         if offset:
             query = query.offset(offset)
         with self.session() as s:
-            out = [convert.job_from_row(r) for r in s.scalars(query)]
+            rows = list(s.scalars(query))
+            specs = self._live_specs(s, [r.id for r in rows], keep=False)
+            out = [convert.job_from_row(r, spec=specs[r.id]) for r in rows]
         return out[::-1] if newest else out
 
     def count_jobs(self, *, states: Iterable[JobState] | None = None, tenant: str | None = None) -> int:
@@ -618,13 +621,14 @@ class Store:
             unavailable = {r.key: r.until for r in s.scalars(select(UnavailableOfferingRow))}
             return State(jobs, instances, reports, presence, notices, unavailable)
 
-    def _live_specs(self, s: Session, job_ids: list[str]) -> dict[str, JobSpec]:
+    def _live_specs(self, s: Session, job_ids: list[str], *, keep: bool = True) -> dict[str, JobSpec]:
         """The parsed specs of ``job_ids``, reading and validating only those not seen
         by the last call. A spec never changes after submission (``JobSpec`` is frozen
         and no statement updates the column), so a step re-reads only the new jobs'
         specs instead of fetching and validating the whole backlog's JSON each time;
         the cache keeps exactly the jobs asked for (the live ones), so it never grows
-        past the backlog."""
+        past the backlog. ``keep=False`` (listings, which include finished jobs): use
+        the cache, change nothing."""
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
@@ -632,7 +636,8 @@ class Store:
             query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(missing[k : k + 900]))
             fresh.update((job_id, JobSpec.model_validate(spec)) for job_id, spec in s.execute(query))
         specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
-        self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
+        if keep:
+            self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
         return specs
 
     def commit(self, changes: Changes, *, now: datetime) -> None:
