@@ -37,6 +37,7 @@ from spotfleet.policies.base import Policy
 from spotfleet.providers.registry import build_providers
 from spotfleet.store import Store
 from spotfleet.store.election import Elector
+from spotfleet.store.wakes import WakeListener, notify
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,10 @@ class Service:
         # wakes that land while a step runs are coalesced on purpose (controller/pacing.py)
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
         self.pacer = StepPacer()
+        # replicas wake each other's step over LISTEN/NOTIFY (PostgreSQL only)
+        self.wakes = (
+            WakeListener(self.store, config.cluster, self._wake_here) if self.store.dialect == "postgresql" else None
+        )
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ scheduling
@@ -117,7 +122,16 @@ class Service:
     def wake(self) -> None:
         """Run a reconcile step soon (coalesced and paced, see ``StepPacer``: a burst
         of submissions or registrations costs a few steps, not one each, and woken
-        steps leave the API at least half of the controller's time)."""
+        steps leave the API at least half of the controller's time). On a follower,
+        wake the leader too (``store/wakes.py``), once per burst like the step."""
+        if self.wakes is not None and not self.elector.is_leader and not self.pacer.pending:
+            try:
+                notify(self.store, self.config.cluster)
+            except Exception as exc:  # the leader's interval tick still sees the news
+                log.warning("could not wake the leader: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        self._wake_here()
+
+    def _wake_here(self) -> None:
         self._run_at(self.pacer.wake(time.monotonic()))
 
     def _run_at(self, at: float | None) -> None:
@@ -192,6 +206,8 @@ class Service:
             time.sleep(0.02)
         self._start_lease()
         self._start_scheduler()
+        if self.wakes is not None:
+            self.wakes.start()
 
     def _bind(self) -> socket.socket:
         host, port = self.config.api.host, self.config.api.port
@@ -225,6 +241,8 @@ class Service:
 
     def stop(self) -> None:
         self._lease_stop.set()
+        if self.wakes is not None:
+            self.wakes.stop()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self._lease_thread is not None:
