@@ -89,41 +89,74 @@ def make_agents(db_url: str, n: int) -> list[str]:
     return tokens
 
 
+class Connections:
+    """Keep-alive HTTP/1.1 connections to the controller, shared by the simulated
+    agents: a few lines of asyncio streams instead of httpx, whose per-request cost
+    (tens of ms of CPU with thousands of waiting tasks) made the load generator, not
+    the controller, the limit on a 2-core machine."""
+
+    def __init__(self, host: str, port: int, size: int) -> None:
+        self.host, self.port, self.size = host, port, size
+        self.idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
+        self.opened = 0
+
+    async def post(self, path: str, body: bytes, token: str, *, timeout: float = 30) -> int:
+        if self.idle.empty() and self.opened < self.size:
+            self.opened += 1
+            conn = await asyncio.open_connection(self.host, self.port)
+        else:
+            conn = await self.idle.get()
+        reader, writer = conn
+        try:
+            writer.write(
+                f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))  # fmt: skip
+            await reader.readexactly(length)
+        except BaseException:
+            writer.close()
+            self.opened -= 1
+            raise
+        self.idle.put_nowait(conn)
+        return int(head.split(b" ", 2)[1])
+
+
 async def agents_phase(url: str, tokens: list[str], *, every: float, seconds: float) -> tuple[list[float], int]:
     latencies: list[float] = []
     errors = 0
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
-        end = time.monotonic() + seconds
+    host, port = url.removeprefix("http://").split(":")
+    conns = Connections(host, int(port), size=256)
+    end = time.monotonic() + seconds
+    beat = json.dumps({"jobs": [], "notices": [], "telemetry": {}, "events": []}).encode()
 
-        async def agent(i: int, token: str) -> None:
-            nonlocal errors
-            auth = {"Authorization": f"Bearer {token}"}
-            await asyncio.sleep(every * i / len(tokens))  # spread the fleet over one period
-            for _ in range(5):
-                try:
-                    r = await client.post("/v1/agent/register", json={"provider_id": f"fake-{i}", "gpus": 1},
-                                          headers=auth)  # fmt: skip
-                    if r.status_code == 200:
-                        break
-                except httpx.HTTPError:
+    async def agent(i: int, token: str) -> None:
+        nonlocal errors
+        await asyncio.sleep(every * i / len(tokens))  # spread the fleet over one period
+        for _ in range(5):
+            try:
+                if await conns.post("/v1/agent/register", json.dumps({"provider_id": f"fake-{i}", "gpus": 1}).encode(),
+                                    token) == 200:  # fmt: skip
+                    break
+            except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                errors += 1
+        nxt = time.monotonic()
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            try:
+                if await conns.post("/v1/agent/heartbeat", beat, token) != 200:
                     errors += 1
-            beat = {"jobs": [], "notices": [], "telemetry": {}, "events": []}
-            nxt = time.monotonic()
-            while time.monotonic() < end:
-                t0 = time.monotonic()
-                try:
-                    r = await client.post("/v1/agent/heartbeat", json=beat, headers=auth)
-                    if r.status_code != 200:
-                        errors += 1
-                    else:
-                        latencies.append(time.monotonic() - t0)
-                except httpx.HTTPError:
-                    errors += 1
-                nxt += every
-                await asyncio.sleep(max(0.0, nxt - time.monotonic()))
+                else:
+                    latencies.append(time.monotonic() - t0)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError):
+                errors += 1
+            nxt += every
+            await asyncio.sleep(max(0.0, nxt - time.monotonic()))
 
-        await asyncio.gather(*(agent(i, t) for i, t in enumerate(tokens)))
+    await asyncio.gather(*(agent(i, t) for i, t in enumerate(tokens)))
     return latencies, errors
 
 

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from spotfleet.api.auth import token_resolver
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.config import Config
 from spotfleet.controller.controller import Controller
+from spotfleet.controller.pacing import StepPacer
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.errors import ControllerLocked, PortInUse
 from spotfleet.files import private_database, private_dir
@@ -36,6 +37,7 @@ from spotfleet.policies.base import Policy
 from spotfleet.providers.registry import build_providers
 from spotfleet.store import Store
 from spotfleet.store.election import Elector
+from spotfleet.store.wakes import WakeListener, notify
 
 log = logging.getLogger(__name__)
 
@@ -99,31 +101,46 @@ class Service:
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=config.api.host, port=config.api.port,
                                                     log_level="warning", lifespan="off"))  # fmt: skip
         self.scheduler = BackgroundScheduler(timezone=UTC)
-        # wakes that land while a step runs are coalesced on purpose (see _reconcile)
+        # wakes that land while a step runs are coalesced on purpose (controller/pacing.py)
         logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
-        self._dirty = threading.Event()
+        self.pacer = StepPacer()
+        # replicas wake each other's step over LISTEN/NOTIFY (PostgreSQL only)
+        self.wakes = (
+            WakeListener(self.store, config.cluster, self._wake_here) if self.store.dialect == "postgresql" else None
+        )
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ scheduling
 
     def _reconcile(self) -> None:
-        for _ in range(10):  # bounded: a storm of wakes cannot starve the interval
-            self._dirty.clear()
+        self.pacer.started(time.monotonic())
+        try:
             self.controller.step()
-            if not self._dirty.is_set():
-                return
+        finally:
+            self._run_at(self.pacer.finished(time.monotonic()))
 
     def wake(self) -> None:
-        """Run a reconcile step as soon as possible (coalesced: while a step is
-        already pending, a wake only marks it dirty — a burst of submissions costs
-        one step, not one each)."""
-        if self._dirty.is_set():
-            return  # a step is pending: it (or its re-run) will see this too
-        self._dirty.set()
-        if self.scheduler.running:
-            job = self.scheduler.get_job("reconcile")
-            if job is not None:
-                job.modify(next_run_time=datetime.now(UTC))
+        """Run a reconcile step soon (coalesced and paced, see ``StepPacer``: a burst
+        of submissions or registrations costs a few steps, not one each, and woken
+        steps leave the API at least half of the controller's time). On a follower,
+        wake the leader too (``store/wakes.py``), once per burst like the step."""
+        if self.wakes is not None and not self.elector.is_leader and not self.pacer.pending:
+            try:
+                notify(self.store, self.config.cluster)
+            except Exception as exc:  # the leader's interval tick still sees the news
+                log.warning("could not wake the leader: %s", str(exc).splitlines()[0] if str(exc) else exc)
+        self._wake_here()
+
+    def _wake_here(self) -> None:
+        self._run_at(self.pacer.wake(time.monotonic()))
+
+    def _run_at(self, at: float | None) -> None:
+        """Bring the interval job's next run to ``at`` (monotonic seconds)."""
+        if at is None or not self.scheduler.running:
+            return
+        job = self.scheduler.get_job("reconcile")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC) + timedelta(seconds=max(0.0, at - time.monotonic())))
 
     def _leadership(self) -> dict[str, Any]:
         status = self.elector.status()
@@ -189,12 +206,17 @@ class Service:
             time.sleep(0.02)
         self._start_lease()
         self._start_scheduler()
+        if self.wakes is not None:
+            self.wakes.start()
 
     def _bind(self) -> socket.socket:
         host, port = self.config.api.host, self.config.api.port
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: no Nagle wait behind the client's delayed ACK
+        # (uvicorn writes a response's head and body apart: 40 ms per request without it)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -219,6 +241,8 @@ class Service:
 
     def stop(self) -> None:
         self._lease_stop.set()
+        if self.wakes is not None:
+            self.wakes.stop()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self._lease_thread is not None:

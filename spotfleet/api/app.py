@@ -138,15 +138,26 @@ def create_app(
 
     def agent(authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
               _creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None) -> str:  # fmt: skip
-        """The agent routes: an agent token of a live instance (401), not a user's token (403)."""
+        """The agent routes' bearer token (401 when there is none). Whose it is, the
+        route's own transaction finds out (``as_agent``): looking it up here too cost
+        every heartbeat a second database round trip."""
         token = _bearer(authorization)
-        inst = controller.store.instance_for_token(token) if token else None
-        if inst is not None and inst.live:
-            return token
-        who = resolve(token) if token else None
-        if who is not None and not who.is_agent:
-            raise _forbid(f"{who.name} is not an agent token")
-        raise HTTPException(401, "unknown or retired agent token")
+        if not token:
+            raise HTTPException(401, "unknown or retired agent token")
+        return token
+
+    def as_agent(token: str, call: Callable[[], Any]) -> Any:
+        """Run an agent route; a token of no live instance is a 401, or a 403 when it
+        is a user's token (resolved only then, off the heartbeat's path)."""
+        try:
+            return call()
+        except Forbidden:
+            raise
+        except Unauthorized:
+            who = resolve(token)
+            if who is not None and not who.is_agent:
+                raise _forbid(f"{who.name} is not an agent token") from None
+            raise HTTPException(401, "unknown or retired agent token") from None
 
     def visible_job(job_id: str, who: Principal) -> Any:
         job = controller.store.get_job(job_id)
@@ -264,26 +275,25 @@ def create_app(
         jobs = controller.submit_many(specs)
         return JSONResponse(status_code=201, content=[job_view(job, detail=True) for job in jobs])
 
-    @app.get("/v1/jobs")
+    @app.get("/v1/jobs", response_model=list[dict[str, Any]])
     def list_jobs(
         who: User,
-        response: Response,
         state: Annotated[list[JobState] | None, Query()] = None,
         tenant: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
         offset: Annotated[int, Query(ge=0, le=limits.MAX_QUERY_INT)] = 0,
-    ) -> list[dict[str, Any]]:
+    ) -> JSONResponse:
         """The newest ``limit`` jobs matching the filters (oldest first), skipping the
         ``offset`` newest: page back with ``offset += limit``. Filtered and paged in
         SQL; ``X-Total-Count`` says how many match. A tenant token sees its tenant only."""
         if not who.all_tenants:
             if tenant is not None and tenant != who.tenant:
-                response.headers["X-Total-Count"] = "0"
-                return []
+                return JSONResponse([], headers={"X-Total-Count": "0"})
             tenant = who.tenant
         jobs = controller.store.list_jobs(states=state, tenant=tenant, limit=limit, offset=offset, newest=True)
-        response.headers["X-Total-Count"] = str(controller.store.count_jobs(states=state, tenant=tenant))
-        return [job_view(j) for j in jobs]
+        total = str(controller.store.count_jobs(states=state, tenant=tenant))
+        # views are JSON already: FastAPI's jsonable_encoder walk cost 60 ms per 1,000 jobs
+        return JSONResponse([job_view(j) for j in jobs], headers={"X-Total-Count": total})
 
     @app.get("/v1/jobs/{job_id}")
     def get_job(job_id: str, who: User) -> dict[str, Any]:
@@ -405,15 +415,16 @@ def create_app(
 
     @app.post("/v1/agent/register")
     def register(body: RegisterRequest, token: Annotated[str, Depends(agent)]) -> HeartbeatResponse:
-        return controller.agents.register(token, body)
+        return as_agent(token, lambda: controller.agents.register(token, body))  # type: ignore[no-any-return]
 
     @app.post("/v1/agent/heartbeat")
     def heartbeat(body: Heartbeat, token: Annotated[str, Depends(agent)]) -> HeartbeatResponse:
-        return controller.agents.heartbeat(token, body)
+        """One database transaction: the token's instance, its jobs and the writes."""
+        return as_agent(token, lambda: controller.agents.heartbeat(token, body))  # type: ignore[no-any-return]
 
     @app.post("/v1/agent/logs")
     def agent_logs(body: LogChunk, token: Annotated[str, Depends(agent)]) -> dict[str, int]:
-        return {"size": controller.agents.append_log(token, body)}
+        return {"size": as_agent(token, lambda: controller.agents.append_log(token, body))}
 
     web.mount(app, controller, resolve=auth.users_only(resolve), leadership=leadership)
 

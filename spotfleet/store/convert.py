@@ -34,10 +34,11 @@ def offering_from_dict(d: dict[str, Any]) -> Offering:
     )  # fmt: skip
 
 
-def job_from_row(row: JobRow) -> Job:
+def job_from_row(row: JobRow, *, spec: JobSpec | None = None) -> Job:
+    """``spec``: the row's spec already parsed (the store caches live jobs' specs)."""
     return Job(
         id=row.id,
-        spec=JobSpec.model_validate(row.spec),
+        spec=spec if spec is not None else JobSpec.model_validate(row.spec),
         state=JobState(row.state),
         created_at=row.created_at,
         state_since=row.state_since,

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from spotfleet.errors import NotFound
 from spotfleet.ledger.types import AttemptRecord, AttemptUsage, SegmentRecord, UsageCounters
@@ -40,6 +40,7 @@ from spotfleet.model.instance import TERMINAL_INSTANCE_STATES, Instance
 from spotfleet.model.job import NODE_FAILED, TERMINAL_JOB_STATES, Checkpoint, Job, JobState
 from spotfleet.model.partition import mig_unfit_of
 from spotfleet.model.snapshot import AgentPresence, NodeReport, PoolExposure, RunRecord
+from spotfleet.model.spec import JobSpec
 from spotfleet.store import convert
 from spotfleet.store.schema import (
     AgentPresenceRow,
@@ -171,6 +172,8 @@ class Store:
         # Called with the events of every successful commit (the decision log of `spotfleet up`).
         self.event_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
         self._fence = threading.local()  # the reconcile step's thread writes fenced (see ``fenced``)
+        # Parsed specs of the live jobs, by job id (see ``load_state``).
+        self._specs: dict[str, JobSpec] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -282,6 +285,7 @@ class Store:
             query = select(JobRow).order_by(JobRow.created_at.desc(), JobRow.id.desc())
         else:
             query = select(JobRow).order_by(JobRow.created_at, JobRow.id)
+        query = query.options(defer(JobRow.spec, raiseload=True))
         if states is not None:
             query = query.where(JobRow.state.in_([s.value for s in states]))
         if tenant is not None:
@@ -291,7 +295,9 @@ class Store:
         if offset:
             query = query.offset(offset)
         with self.session() as s:
-            out = [convert.job_from_row(r) for r in s.scalars(query)]
+            rows = list(s.scalars(query))
+            specs = self._live_specs(s, [r.id for r in rows], keep=False)
+            out = [convert.job_from_row(r, spec=specs[r.id]) for r in rows]
         return out[::-1] if newest else out
 
     def count_jobs(self, *, states: Iterable[JobState] | None = None, tenant: str | None = None) -> int:
@@ -578,8 +584,12 @@ class Store:
     def load_state(self, *, recent_terminal: int = 0) -> State:
         """Non-terminal jobs and live instances, with the inbox."""
         with self.session() as s:
-            job_rows = s.scalars(select(JobRow).where(JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES])))
-            jobs = {r.id: convert.job_from_row(r) for r in job_rows}
+            job_rows = list(s.scalars(
+                select(JobRow).options(defer(JobRow.spec, raiseload=True))
+                .where(JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES]))
+            ))  # fmt: skip
+            specs = self._live_specs(s, [r.id for r in job_rows])
+            jobs = {r.id: convert.job_from_row(r, spec=specs[r.id]) for r in job_rows}
             inst_rows = s.scalars(
                 select(InstanceRow).where(InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_STATES]))
             )
@@ -610,6 +620,25 @@ class Store:
             ]  # fmt: skip
             unavailable = {r.key: r.until for r in s.scalars(select(UnavailableOfferingRow))}
             return State(jobs, instances, reports, presence, notices, unavailable)
+
+    def _live_specs(self, s: Session, job_ids: list[str], *, keep: bool = True) -> dict[str, JobSpec]:
+        """The parsed specs of ``job_ids``, reading and validating only those not seen
+        by the last call. A spec never changes after submission (``JobSpec`` is frozen
+        and no statement updates the column), so a step re-reads only the new jobs'
+        specs instead of fetching and validating the whole backlog's JSON each time;
+        the cache keeps exactly the jobs asked for (the live ones), so it never grows
+        past the backlog. ``keep=False`` (listings, which include finished jobs): use
+        the cache, change nothing."""
+        known = self._specs
+        missing = [job_id for job_id in job_ids if job_id not in known]
+        fresh: dict[str, JobSpec] = {}
+        for k in range(0, len(missing), 900):  # under SQLite's bound-parameter limit
+            query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(missing[k : k + 900]))
+            fresh.update((job_id, JobSpec.model_validate(spec)) for job_id, spec in s.execute(query))
+        specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
+        if keep:
+            self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
+        return specs
 
     def commit(self, changes: Changes, *, now: datetime) -> None:
         """Write one step's decisions atomically (billing segments follow instances)."""

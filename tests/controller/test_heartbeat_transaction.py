@@ -83,3 +83,31 @@ def test_an_idle_heartbeat_is_one_transaction_and_an_unknown_token_writes_nothin
     with pytest.raises(Unauthorized), transactions(store) as count:
         h.controller.agents.heartbeat("not-a-token", Heartbeat())
     assert store.load_state().presence.keys() == {inst.id}
+
+
+def test_a_heartbeat_over_http_is_one_transaction_and_tokens_still_sort_401_from_403(
+    store: Store, tmp_path: Path
+) -> None:
+    """The API looks the agent's token up once, inside the heartbeat's own transaction;
+    a wrong token is still a 401 and a user's token on an agent route a 403."""
+    from fastapi.testclient import TestClient
+
+    from spotfleet.api.app import create_app
+
+    h = make_harness(store, tmp_path)
+    h.submit(name="train", resources={"gpus": 1})
+    h.step()
+    inst = h.live()[0]
+    client = TestClient(create_app(h.controller, api_token="admin-token-for-tests-0123456789"))
+    auth = {"Authorization": f"Bearer {TOKEN}{inst.id}"}
+    assert client.post("/v1/agent/register", json={"provider_id": inst.provider_id}, headers=auth).status_code == 200
+    with transactions(store) as count:
+        resp = client.post("/v1/agent/heartbeat", json={}, headers=auth)
+    assert resp.status_code == 200 and resp.json()["instance_id"] == inst.id
+    assert count[0] == 1
+    wrong = client.post("/v1/agent/heartbeat", json={}, headers={"Authorization": f"Bearer {TOKEN}nope"})
+    assert wrong.status_code == 401
+    user = client.post(
+        "/v1/agent/heartbeat", json={}, headers={"Authorization": "Bearer admin-token-for-tests-0123456789"}
+    )
+    assert user.status_code == 403 and "not an agent token" in user.json()["detail"]

@@ -122,3 +122,22 @@ def test_inbox_reports_and_presence(store: Store, clock: FakeClock) -> None:
     store.record_presence("sf-1", provider_id=None, at=clock.now(), info={})
     p = store.load_state().presence["sf-1"]
     assert (p.last_seen - p.registered_at).total_seconds() == 30
+
+
+def test_live_jobs_specs_are_parsed_once_and_dropped_when_the_job_ends(store: Store, clock: FakeClock) -> None:
+    """The step reloads the backlog every time; a spec (frozen, never rewritten) is
+    read and validated once per job, and forgotten once the job is no longer live."""
+    store.add_job(new_job(clock, "job-1", resources={"gpus": 2}))
+    store.add_job(new_job(clock, "job-2", tenant="ml"))
+    first = store.load_state().jobs
+    assert first["job-1"].spec.resources.gpus == 2 and first["job-2"].spec.tenant == "ml"
+    store.add_job(new_job(clock, "job-3", priority="critical"))
+    second = store.load_state().jobs
+    assert second["job-1"].spec is first["job-1"].spec and second["job-2"].spec is first["job-2"].spec
+    assert second["job-3"].spec.priority.value == "critical"
+    done = second["job-1"]
+    done.transition(JobState.CANCELLED, at=clock.now(), reason="test")
+    store.commit(Changes(jobs=[done]), now=clock.now())
+    assert set(store.load_state().jobs) == {"job-2", "job-3"}
+    assert set(store._specs) == {"job-2", "job-3"}, "an ended job's spec is not kept"
+    assert store.get_job("job-1").spec == first["job-1"].spec

@@ -12,7 +12,7 @@ import pytest
 
 from spotfleet.providers import bootstrap
 from spotfleet.providers.base import AgentBootstrap
-from tests.terraform.hcl import MODULES, call_arguments, module, unwrap
+from tests.terraform.hcl import MODULES, ROOT, call_arguments, module, unwrap
 
 PACKAGE_TEMPLATE = Path(str(resources.files("spotfleet") / "templates" / bootstrap.TEMPLATE))
 # The templatefile() call of each module's worker definition.
@@ -93,3 +93,27 @@ def test_controller_script_gets_every_variable_and_no_secret(cloud: str, templat
     assert "spotfleet up --config /etc/spotfleet/spotfleet.yaml" in text
     assert "SPOTFLEET_API_TOKEN=" in text and "SPOTFLEET_DATABASE=" in text
     assert "systemctl enable" in text
+
+
+DEPLOY_UNIT = ROOT / "deploy" / "spotfleet.service"
+CONTROLLER_SCRIPT = {"aws": "controller_user_data", "gcp": "controller_startup"}
+
+
+@pytest.mark.parametrize("cloud", sorted(MODULES))
+def test_controller_installs_the_deploy_unit_not_one_of_its_own(cloud: str) -> None:
+    """One unit: the boot script writes deploy/spotfleet.service and only overrides ExecStart
+    (to read the secrets first) in a drop-in, so the hardening cannot drift between the two."""
+    m = module(cloud)
+    args = call_arguments(unwrap(m.locals[CONTROLLER_SCRIPT[cloud]]), "templatefile")
+    path = re.fullmatch(r'chomp\(file\("\$\{path\.module\}/([^"]+)"\)\)', args["systemd_unit"])
+    assert path, args["systemd_unit"]
+    assert (MODULES[cloud] / path.group(1)).resolve() == DEPLOY_UNIT.resolve()
+    template = next((MODULES[cloud] / "templates").glob("controller-*.sh.tftpl")).read_text()
+    assert "cat > /etc/systemd/system/spotfleet.service <<'UNIT'\n${systemd_unit}\nUNIT\n" in template
+    assert "[Unit]" not in template and "NoNewPrivileges" not in template, "an inline unit is back"
+    dropin = re.search(r"spotfleet\.service\.d/terraform\.conf <<'DROPIN'\n(.*?)\nDROPIN\n", template, re.DOTALL)
+    assert dropin, "the drop-in that points the unit at start-controller"
+    settings = [line for line in dropin.group(1).splitlines() if line and not line.startswith("#")]
+    assert settings[0] == "[Service]"
+    assert {line.split("=", 1)[0] for line in settings[1:]} <= {"ExecStart", "Environment"}
+    assert settings[-2:] == ["ExecStart=", "ExecStart=/opt/spotfleet/start-controller"]

@@ -11,11 +11,14 @@ cannot install it; they stay covered by the HCL tests and checkov.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.terraform.tf import Workspace, require_terraform, workspace
+from tests.terraform.hcl import module, unwrap
+from tests.terraform.tf import ROOT, Workspace, require_terraform, workspace
 
 ALL_DIRS = ["modules/aws", "modules/gcp", "examples/aws", "examples/gcp"]
 VALIDATED = ["modules/aws", "examples/aws"]
@@ -107,3 +110,40 @@ def test_ssm_parameter_name_validation(ws: Workspace, tmp_path: Path) -> None:
             assert call in rejected, f"{variable}={name!r} accepted"
             assert f"{variable} must be" in rejected[call]
     assert not report["valid"] and len(rejected) == 2 * len(INVALID_NAMES)
+
+
+# The controller boot script as terraform renders it: the module's own templatefile()
+# expression (read from its HCL), evaluated in a provider-free root that defines the
+# variables and locals it refers to.
+RENDER_INPUTS = {
+    "aws": ("controller_user_data", {"spotfleet_version": '"0.1.0"', "api_token_parameter": '"/sf/token"',
+                                     "database_url_parameter": '"/sf/db"'}),
+    "gcp": ("controller_startup", {"spotfleet_version": '"0.1.0"', "project": '"p"', "api_token_secret": '"token"',
+                                   "database_url_secret": '"db"'}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("cloud", sorted(RENDER_INPUTS))
+def test_rendered_controller_script_installs_the_deploy_unit_verbatim(ws: Workspace, cloud: str) -> None:
+    local, variables = RENDER_INPUTS[cloud]
+    expr = unwrap(module(cloud).locals[local]).replace("path.module", "local.module_dir")
+    root = ws.dir(f"render-{cloud}")
+    root.mkdir()
+    (root / "main.tf").write_text(
+        "".join(f'variable "{name}" {{\n  default = {value}\n}}\n' for name, value in variables.items())
+        + f'locals {{\n  module_dir = "../modules/{cloud}"\n  region = "us-east-1"\n'
+        + '  controller_config = { cluster = "prod" }\n}\n'
+        + f'output "script" {{\n  value = {expr}\n}}\n'
+    )
+    ws.init(f"render-{cloud}")
+    ws.run(f"render-{cloud}", "apply", "-auto-approve", "-no-color", f"-state={root / 'tfstate'}")
+    script = ws.run(f"render-{cloud}", "output", "-raw", f"-state={root / 'tfstate'}", "script").stdout
+    unit = re.search(r"cat > /etc/systemd/system/spotfleet\.service <<'UNIT'\n(.*?)\nUNIT\n", script, re.DOTALL)
+    assert unit, script
+    deployed = (ROOT / "deploy" / "spotfleet.service").read_text()
+    assert unit.group(1) + "\n" == deployed, "the controller must run deploy/spotfleet.service as it is"
+    for hardening in ("NoNewPrivileges=yes", "ProtectSystem=strict", "SystemCallFilter=@system-service"):
+        assert hardening in unit.group(1)
+    assert "ExecStart=\nExecStart=/opt/spotfleet/start-controller\n" in script
+    syntax = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, check=False)
+    assert syntax.returncode == 0, syntax.stderr

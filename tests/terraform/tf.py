@@ -8,7 +8,8 @@ its own CLI config (``TF_CLI_CONFIG_FILE``) naming that mirror as the only
 installation source and disabling the checkpoint call, so a clean clone needs no
 ~/.terraformrc, and nothing is written into the repository: terraform runs in a
 temporary copy laid out like the repository (``terraform/`` plus the package's
-``spotfleet/templates/``, which the modules read with ``templatefile()``).
+``spotfleet/templates/``, which the modules read with ``templatefile()``, and
+``deploy/``, whose systemd unit the controller's boot script installs).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class Workspace:
 def workspace(tmp: Path, mirror: Path) -> Workspace:
     shutil.copytree(ROOT / "terraform", tmp / "terraform", ignore=shutil.ignore_patterns(".terraform*", "*.tfstate*"))
     shutil.copytree(ROOT / "spotfleet" / "templates", tmp / "spotfleet" / "templates")
+    shutil.copytree(ROOT / "deploy", tmp / "deploy")
     config = tmp / "terraform.rc"
     config.write_text(
         "disable_checkpoint = true\n"

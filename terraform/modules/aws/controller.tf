@@ -24,6 +24,8 @@ locals {
   })
 
   controller_user_data = templatefile("${path.module}/templates/controller-user-data.sh.tftpl", {
+    # one unit: the repository's deploy/spotfleet.service, written as it is
+    systemd_unit           = chomp(file("${path.module}/../../../deploy/spotfleet.service"))
     spotfleet_version      = var.spotfleet_version
     region                 = local.region
     config_yaml            = yamlencode(local.controller_config)

@@ -15,6 +15,8 @@ locals {
   })
 
   controller_startup = templatefile("${path.module}/templates/controller-startup.sh.tftpl", {
+    # one unit: the repository's deploy/spotfleet.service, written as it is
+    systemd_unit        = chomp(file("${path.module}/../../../deploy/spotfleet.service"))
     spotfleet_version   = var.spotfleet_version
     project             = var.project
     config_yaml         = yamlencode(local.controller_config)
