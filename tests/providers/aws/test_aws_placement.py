@@ -161,3 +161,10 @@ def test_a_capacity_error_in_the_group_fails_the_member_for_that_pool_only_and_t
     assert groups.created == ["pg-job-7-0", "pg-job-7-1"]
     clock.advance(seconds=GROUP_GRACE.total_seconds() + 1)
     assert provider.collect_placement_groups("us-east-1", force=True) == ["pg-job-7-0"]
+
+
+def test_offerings_carry_efa_from_describe_instance_types(provider: AwsProvider) -> None:
+    """The interconnect comes from the API (moto's NetworkInfo), not the type name."""
+    by_type = {o.instance_type: o.interconnect for o in provider.offerings()}
+    assert by_type["p4d.24xlarge"] == "efa" and by_type["g5.48xlarge"] == "efa"
+    assert by_type["g5.xlarge"] == "tcp"
