@@ -128,14 +128,18 @@ class SimplePolicy:
         if choice is None:
             return None
         bindings = []
-        for rank in range(job.spec.resources.nodes):
+        nodes = job.spec.resources.nodes
+        # A gang shares one placement group per attempt (as the placer names it): a
+        # requeued gang gets a fresh group wherever it lands next.
+        group = f"pg-{job.id}-{job.attempt}" if nodes > 1 else None
+        for rank in range(nodes):
             instance_id = snapshot.new_id("sf")
             why = (
                 f"replacement for {job.id} ({job.spec.name}) ahead of a reclaim"
                 if reserved_for
                 else f"for {job.id} ({job.spec.name})"
             )
-            commands.append(Launch(instance_id, choice, reason=why, reserved_for=reserved_for))
+            commands.append(Launch(instance_id, choice, reason=why, placement_group=group, reserved_for=reserved_for))
             inst = Instance(id=instance_id, offering=choice, request_id=instance_id, state=InstanceState.REQUESTED,
                             created_at=snapshot.now, state_since=snapshot.now, reserved_for=reserved_for)  # fmt: skip
             new.append(inst)

@@ -461,6 +461,7 @@ def _shape_key(spec: JobSpec, forecast: Forecast) -> tuple[Any, ...]:
         r.cpus,
         r.memory_gib,
         r.nvlink,
+        r.interconnect,
         tuple(spec.regions),
         tuple(spec.providers),
         spec.max_price_per_hour,

@@ -5,6 +5,7 @@ Implements ``spotfleet.providers.base.Provider``; the pieces live next door:
 - ``aws_config``: ``AwsProviderConfig`` (regions, subnets, AMI/launch template…);
 - ``aws_prices``: offerings (instance types, zones, spot and on-demand prices);
 - ``aws_launch``: launch template versions and the CreateFleet request/response;
+- ``aws_placement``: cluster placement groups per gang and EFA interfaces;
 - ``aws_events``: the EventBridge → SQS consumer behind ``poll_events()``;
 - ``aws_errors``: AWS error codes → typed errors;
 - ``aws_iam``: ``REQUIRED_IAM_ACTIONS``, every permission this code needs.
@@ -58,6 +59,12 @@ from spotfleet.providers.aws_errors import (
 from spotfleet.providers.aws_events import SqsEventConsumer
 from spotfleet.providers.aws_iam import REQUIRED_IAM_ACTIONS
 from spotfleet.providers.aws_launch import FleetOutcome, FleetPlan, LaunchTemplates
+from spotfleet.providers.aws_placement import (
+    TAG_PLACEMENT_GROUP,
+    InstanceNetworks,
+    PlacementGroups,
+    efa_interfaces,
+)
 from spotfleet.providers.aws_prices import PROVIDER, AwsOfferingSource, PriceReport, Zone
 from spotfleet.providers.base import (
     TAG_CLUSTER,
@@ -109,6 +116,10 @@ class AwsProvider:
         self.clients = AwsClients(config, session=session)
         self.prices = AwsOfferingSource(config, clients=self.clients, clock=clock, catalog=catalog)
         self._templates = LaunchTemplates(config, clients=self.clients, cluster=cluster)
+        self.placement_groups = PlacementGroups(
+            clients=self.clients, cluster=cluster, clock=clock, extra_tags=config.extra_tags
+        )
+        self.networks = InstanceNetworks(self.clients)
         self._lock = threading.Lock()
         self._launched: dict[str, list[ProviderInstance]] = {}  # request id → instances
         self._region_of: dict[str, str] = {}  # instance id → region
@@ -170,12 +181,22 @@ class AwsProvider:
             TAG_CLUSTER: self.cluster,
             TAG_REQUEST_ID: request.request_id,
         }
+        nics: list[dict[str, Any]] = []
+        group = request.placement_group
+        if group:
+            # A gang member: its primary pool only (a cluster group is one zone, a
+            # gang one type), in the gang's group, with EFA where the type has it.
+            offerings = [offerings[0]]
+            self.placement_groups.ensure(region, group)
+            tags[TAG_PLACEMENT_GROUP] = group
+            nics = self._efa_interfaces(region, offerings[0], zones[offerings[0].zone])
         user_data = render_bootstrap(request.bootstrap, metadata_flavor="aws")
         template = self._templates.version_for(
             region,
             request_id=request.request_id,
             user_data=user_data,
             volume_tags={**self.config.extra_tags, TAG_CLUSTER: self.cluster, TAG_REQUEST_ID: request.request_id},
+            network_interfaces=nics,
         )
         plan = FleetPlan(offerings=offerings, zones=zones, config=self.config)
         params = plan.request(
@@ -183,7 +204,8 @@ class AwsProvider:
             count=request.count,
             template=template,
             tags=tags,
-            placement_group=request.placement_group,
+            placement_group=group,
+            subnet_in_template=bool(nics),
         )
         try:
             response = self.clients.ec2(region).create_fleet(**params)
@@ -213,6 +235,15 @@ class AwsProvider:
             log.warning("launch %s: %s failed: %s: %s", request.request_id, key, error.code, error.message)
         self._remember(request.request_id, instances)
         return instances
+
+    def _efa_interfaces(self, region: str, offering: Offering, zone: Zone) -> list[dict[str, Any]]:
+        """EFA interfaces for an EFA-capable type (none otherwise), in the zone's first subnet."""
+        count = self.networks.info(region, offering.instance_type).efa_interfaces
+        if not count:
+            return []
+        subnets = self.config.subnets_for(zone_name=zone.name, zone_id=zone.zone_id)
+        subnet = subnets[0] if subnets else self.networks.default_subnet(region, zone.name)
+        return efa_interfaces(count, subnet_id=subnet, security_groups=self.config.security_group_ids)
 
     def _acceptable(self, request: LaunchRequest) -> list[Offering]:
         """The request's offerings CreateFleet can try in one call.
@@ -323,11 +354,31 @@ class AwsProvider:
         return instance
 
     def list_instances(self) -> list[ProviderInstance]:
-        """Every instance tagged with this cluster, in every configured region."""
+        """Every instance tagged with this cluster, in every configured region.
+
+        On the side (at most once a minute per region), placement groups no live
+        instance of the region uses any more are deleted: the listing is the
+        one place that sees every instance of the cluster.
+        """
         found: list[ProviderInstance] = []
         for region in self.config.regions:
-            found.extend(self._describe(region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}]))
+            listed = self._describe(region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}])
+            found.extend(listed)
+            self.collect_placement_groups(region, listed)
         return found
+
+    def collect_placement_groups(
+        self, region: str, listed: Sequence[ProviderInstance] | None = None, *, force: bool = False
+    ) -> list[str]:
+        """Delete this cluster's empty placement groups in ``region``; the names deleted."""
+        if listed is None:
+            listed = self._describe(region, [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}])
+        in_use = {
+            i.tags[TAG_PLACEMENT_GROUP]
+            for i in listed
+            if TAG_PLACEMENT_GROUP in i.tags and i.state is not CloudState.TERMINATED
+        }
+        return self.placement_groups.collect(region, in_use, force=force)
 
     def _by_ids(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], str]]:
         """Raw DescribeInstances items for these ids → (item, region); missing ids absent.

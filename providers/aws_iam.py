@@ -34,6 +34,11 @@ REQUIRED_IAM_ACTIONS: frozenset[str] = frozenset(
         "ec2:CreateTags",
         "iam:PassRole",
         "iam:CreateServiceLinkedRole",
+        # gangs: cluster placement groups, EFA (subnet of a zone without a configured one)
+        "ec2:CreatePlacementGroup",
+        "ec2:DescribePlacementGroups",
+        "ec2:DeletePlacementGroup",
+        "ec2:DescribeSubnets",
         # list / get / terminate
         "ec2:DescribeInstances",
         "ec2:TerminateInstances",

@@ -72,7 +72,11 @@ def metadata_options() -> dict[str, Any]:
 
 
 def managed_template_data(
-    config: AwsProviderConfig, *, user_data: str, volume_tags: Mapping[str, str]
+    config: AwsProviderConfig,
+    *,
+    user_data: str,
+    volume_tags: Mapping[str, str],
+    network_interfaces: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The full launch template data spotfleet's own template gets for one launch."""
     if not config.ami_id:
@@ -93,7 +97,9 @@ def managed_template_data(
         "UserData": base64.b64encode(user_data.encode()).decode(),
         "TagSpecifications": [{"ResourceType": "volume", "Tags": tag_list(volume_tags)}],
     }
-    if config.security_group_ids:
+    if network_interfaces:  # the interfaces carry the subnet and security groups
+        data["NetworkInterfaces"] = [dict(n) for n in network_interfaces]
+    elif config.security_group_ids:
         data["SecurityGroupIds"] = list(config.security_group_ids)
     if config.instance_profile:
         key = "Arn" if config.instance_profile.startswith("arn:") else "Name"
@@ -103,7 +109,9 @@ def managed_template_data(
     return data
 
 
-def derived_template_data(base: Mapping[str, Any], *, user_data: str) -> dict[str, Any]:
+def derived_template_data(
+    base: Mapping[str, Any], *, user_data: str, network_interfaces: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """An existing template's data with this launch's user data, IMDSv2 and encryption enforced.
 
     Design choice: the version is written out in full instead of with
@@ -121,6 +129,12 @@ def derived_template_data(base: Mapping[str, Any], *, user_data: str) -> dict[st
         mappings.append(mapping)
     if mappings:
         data["BlockDeviceMappings"] = mappings
+    if network_interfaces:  # EFA: the template's own interfaces/groups move onto them
+        groups = list(data.pop("SecurityGroupIds", None) or [])
+        data.pop("NetworkInterfaces", None)
+        data.pop("SecurityGroups", None)
+        data["NetworkInterfaces"] = [{**n, **({"Groups": groups} if groups and "Groups" not in n else {})}
+                                     for n in network_interfaces]  # fmt: skip
     return data
 
 
@@ -202,7 +216,13 @@ class LaunchTemplates:
         return found
 
     def version_for(
-        self, region: str, *, request_id: str, user_data: str, volume_tags: Mapping[str, str]
+        self,
+        region: str,
+        *,
+        request_id: str,
+        user_data: str,
+        volume_tags: Mapping[str, str],
+        network_interfaces: Sequence[Mapping[str, Any]] = (),
     ) -> TemplateVersion:
         """A new version carrying this launch's user data (idempotent per request id)."""
         ec2 = self._clients.ec2(region)
@@ -218,11 +238,13 @@ class LaunchTemplates:
         }
         if self.managed:
             kwargs["LaunchTemplateData"] = managed_template_data(
-                self._config, user_data=user_data, volume_tags=volume_tags
+                self._config, user_data=user_data, volume_tags=volume_tags, network_interfaces=network_interfaces
             )
         else:
             kwargs["LaunchTemplateData"] = derived_template_data(
-                self._base(region, ec2, template_id=template_id, version=default_version), user_data=user_data
+                self._base(region, ec2, template_id=template_id, version=default_version),
+                user_data=user_data,
+                network_interfaces=network_interfaces,
             )
         try:
             response = ec2.create_launch_template_version(**kwargs)
@@ -287,9 +309,17 @@ class FleetPlan:
         for offering in self.offerings:
             self._by_pool[(offering.market.value, offering.instance_type, offering.zone)] = offering
 
-    def overrides(self, *, placement_group: str | None) -> list[dict[str, Any]]:
+    def overrides(self, *, placement_group: str | None, subnet_in_template: bool = False) -> list[dict[str, Any]]:
+        """One override per (type × subnet), or per type only when the template's
+        network interfaces name the subnet (EC2 refuses a subnet in both places)."""
         result: list[dict[str, Any]] = []
         for offering in self.offerings:
+            if subnet_in_template:
+                override: dict[str, Any] = {"InstanceType": offering.instance_type}
+                if placement_group:
+                    override["Placement"] = {"GroupName": placement_group}
+                result.append(override)
+                continue
             zone = self._zones[offering.zone]
             subnets = self._config.subnets_for(zone_name=zone.name, zone_id=zone.zone_id)
             targets: list[dict[str, str]] = []
@@ -299,7 +329,7 @@ class FleetPlan:
             if not targets:
                 targets.append({"AvailabilityZone": zone.name})
             for target in targets:
-                override: dict[str, Any] = {"InstanceType": offering.instance_type, **target}
+                override = {"InstanceType": offering.instance_type, **target}
                 if placement_group:
                     override["Placement"] = {"GroupName": placement_group}
                 result.append(override)
@@ -313,6 +343,7 @@ class FleetPlan:
         template: TemplateVersion,
         tags: Mapping[str, str],
         placement_group: str | None,
+        subnet_in_template: bool = False,
     ) -> dict[str, Any]:
         capacity_type = MARKET_CAPACITY_TYPE[self.market]
         target: dict[str, Any] = {"TotalTargetCapacity": count, "DefaultTargetCapacityType": capacity_type}
@@ -330,7 +361,7 @@ class FleetPlan:
                         "LaunchTemplateId": template.template_id,
                         "Version": template.version,
                     },
-                    "Overrides": self.overrides(placement_group=placement_group),
+                    "Overrides": self.overrides(placement_group=placement_group, subnet_in_template=subnet_in_template),
                 }
             ],
             "TargetCapacitySpecification": target,

@@ -34,6 +34,7 @@ from typing import Any
 from spotfleet.catalog import has_nvlink, load_catalog
 from spotfleet.clock import Clock
 from spotfleet.errors import ProviderError
+from spotfleet.model.interconnect import Interconnect
 from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.providers.aws_clients import AwsClients
 from spotfleet.providers.aws_config import AwsProviderConfig
@@ -99,6 +100,7 @@ class _RegionFacts:
     spot_at: datetime | None = None
     on_demand: dict[str, Quote] = field(default_factory=dict)  # type
     on_demand_at: datetime | None = None
+    efa: set[str] = field(default_factory=set)  # types with NetworkInfo.EfaSupported
 
 
 def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[list[str]]:
@@ -241,12 +243,15 @@ class AwsOfferingSource:
         ec2 = self._clients.ec2(region)
         try:
             types: dict[str, GpuType] = {}
+            efa: set[str] = set()
             pages = ec2.get_paginator("describe_instance_types").paginate(
                 Filters=[{"Name": "instance-type", "Values": list(self._config.instance_type_patterns)}]
             )
             for page in pages:
                 for item in page.get("InstanceTypes", []):
                     gpu_type = gpu_type_from_api(item, architectures=self._config.architectures)
+                    if (item.get("NetworkInfo") or {}).get("EfaSupported"):
+                        efa.add(str(item.get("InstanceType")))
                     if gpu_type is not None:
                         name = self._catalog_gpu_name.get(gpu_type.instance_type, gpu_type.gpu)
                         types[gpu_type.instance_type] = GpuType(
@@ -274,7 +279,7 @@ class AwsOfferingSource:
                         sold_in.add((item["InstanceType"], item["Location"]))
         except AWS_ERRORS as err:
             raise translate(err, operation="DescribeInstanceTypes") from err
-        facts.types, facts.zones, facts.sold_in = types, zones, sold_in
+        facts.types, facts.zones, facts.sold_in, facts.efa = types, zones, sold_in, efa
         facts.shapes_at = self._clock.now()
 
     def _refresh_spot(self, region: str, facts: _RegionFacts) -> None:
@@ -391,6 +396,7 @@ class AwsOfferingSource:
                         price_source=od.source,
                         price_observed_at=od.observed_at,
                         nvlink=has_nvlink(name),
+                        interconnect=(Interconnect.EFA if name in facts.efa else Interconnect.TCP).value,
                         extra=(("az_id", zone.zone_id),),
                     )
                     items.append(base)

@@ -57,6 +57,7 @@ from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
 from spotfleet.providers.gcp_events import PREEMPTED_FILTER, EventTracker
 from spotfleet.providers.gcp_offerings import ZoneInventory, build_offerings, configured_zones
+from spotfleet.providers.gcp_placement import TAG_PLACEMENT_GROUP, PlacementPolicies
 from spotfleet.providers.gcp_resources import (
     PROVIDER,
     instance_fields,
@@ -76,12 +77,14 @@ _DONE = compute_v1.Operation.Status.DONE
 
 @dataclass(frozen=True, slots=True)
 class GcpClients:
-    """The four Compute Engine clients the provider uses, sharing client options."""
+    """The Compute Engine clients the provider uses, sharing client options."""
 
     instances: compute_v1.InstancesClient
     zone_operations: compute_v1.ZoneOperationsClient
     machine_types: compute_v1.MachineTypesClient
     accelerator_types: compute_v1.AcceleratorTypesClient
+    resource_policies: compute_v1.ResourcePoliciesClient
+    region_operations: compute_v1.RegionOperationsClient
 
     @classmethod
     def create(cls, *, api_endpoint: str | None, credentials: Credentials | None) -> GcpClients:
@@ -93,6 +96,8 @@ class GcpClients:
                 zone_operations=compute_v1.ZoneOperationsClient(**kwargs),
                 machine_types=compute_v1.MachineTypesClient(**kwargs),
                 accelerator_types=compute_v1.AcceleratorTypesClient(**kwargs),
+                resource_policies=compute_v1.ResourcePoliciesClient(**kwargs),
+                region_operations=compute_v1.RegionOperationsClient(**kwargs),
             )
         except google.auth.exceptions.DefaultCredentialsError as exc:
             raise MissingCredentials(
@@ -125,6 +130,9 @@ class GcpProvider:
         self._offerings: tuple[datetime, Offerings] | None = None
         self.last_repricing: gcp_pricing.Repriced | None = None
         self._events = EventTracker(name_prefix=labels_.name_prefix(cluster), notice=config.preemption_notice)
+        self.placement = PlacementPolicies(
+            clients=self._clients, project=config.project, cluster=cluster, clock=clock, opts=self._opts
+        )
 
     # -- plumbing --------------------------------------------------------------
 
@@ -241,7 +249,10 @@ class GcpProvider:
         if existing:
             return existing
         stocked_out: list[Offering] = []
-        for offering in request.acceptable:
+        # A gang member: its primary offering only (compact placement is one zone,
+        # a gang one shape); a stockout there moves the whole gang (the planner).
+        candidates = (request.offering,) if request.placement_group else request.acceptable
+        for offering in candidates:
             try:
                 return self._launch_in(offering, request)
             except InsufficientCapacity as exc:
@@ -254,6 +265,10 @@ class GcpProvider:
             **labels_.with_ownership(request.tags, self._cluster),
             TAG_REQUEST_ID: request.request_id,
         }
+        policies: list[str] = []
+        if request.placement_group:
+            policies = [self.placement.ensure(region_of(zone), request.placement_group)]
+            tags[TAG_PLACEMENT_GROUP] = request.placement_group
         fields = functools.partial(
             instance_fields,
             config=config,
@@ -271,7 +286,7 @@ class GcpProvider:
                 insert = compute_v1.InsertInstanceRequest(
                     project=config.project,
                     zone=zone,
-                    instance_resource=compute_v1.Instance(name=name, **fields(zonal=True)),
+                    instance_resource=compute_v1.Instance(name=name, resource_policies=policies, **fields(zonal=True)),
                     request_id=gce_request_id,
                 )
                 operation = instances.insert_unary(request=insert, **self._opts)
@@ -283,7 +298,9 @@ class GcpProvider:
                         count=request.count,
                         min_count=1,  # partial fulfilment: the Protocol returns fewer
                         name_pattern=labels_.bulk_name_pattern(self._cluster, request.request_id, request.count),
-                        instance_properties=compute_v1.InstanceProperties(**fields(zonal=False)),
+                        instance_properties=compute_v1.InstanceProperties(
+                            resource_policies=[p.rsplit("/", 1)[-1] for p in policies], **fields(zonal=False)
+                        ),
                     ),
                     request_id=gce_request_id,
                 )
@@ -356,11 +373,30 @@ class GcpProvider:
                 raise error
 
     def list_instances(self) -> list[ProviderInstance]:
-        """Every VM labelled for this cluster, across the configured zones (paginated)."""
+        """Every VM labelled for this cluster, across the configured zones (paginated).
+
+        On the side (at most once a minute per region), placement policies no VM
+        of the cluster uses any more are deleted (see ``gcp_placement``).
+        """
         flt = labels_.cluster_filter(self._cluster)
         found = [i for zone in self.zones for i in self._list_zone(zone, flt)]
         self._events.remember(i.provider_id for i in found)
+        for region in sorted({region_of(z) for z in self.zones}):
+            self.collect_placement_policies(region, found)
         return found
+
+    def collect_placement_policies(
+        self, region: str, listed: Sequence[ProviderInstance] | None = None, *, force: bool = False
+    ) -> list[str]:
+        """Delete this cluster's unused placement policies in ``region``; the names deleted.
+
+        Every listed VM counts, stopped ones too: GCE keeps their policy attached.
+        """
+        if listed is None:
+            flt = labels_.cluster_filter(self._cluster)
+            listed = [i for zone in self.zones for i in self._list_zone(zone, flt)]
+        in_use = {i.tags[TAG_PLACEMENT_GROUP] for i in listed if TAG_PLACEMENT_GROUP in i.tags}
+        return self.placement.collect(region, in_use, force=force)
 
     def get(self, provider_id: str) -> ProviderInstance:
         location = split_provider_id(provider_id)

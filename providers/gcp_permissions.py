@@ -22,6 +22,7 @@ _CREATE = frozenset(
         "compute.subnetworks.use",
         "compute.subnetworks.useExternalIp",
         "iam.serviceAccounts.actAs",
+        "compute.resourcePolicies.use",
     }
 )
 
@@ -36,6 +37,12 @@ CALL_PERMISSIONS: dict[str, frozenset[str]] = {
     "ZoneOperationsClient.list": frozenset({"compute.zoneOperations.list"}),
     "MachineTypesClient.list": frozenset({"compute.machineTypes.list"}),
     "AcceleratorTypesClient.list": frozenset({"compute.acceleratorTypes.list"}),
+    # gangs: compact placement policies (attached at insert: compute.resourcePolicies.use)
+    "ResourcePoliciesClient.insert_unary": frozenset({"compute.resourcePolicies.create"}),
+    "ResourcePoliciesClient.get": frozenset({"compute.resourcePolicies.get"}),
+    "ResourcePoliciesClient.list": frozenset({"compute.resourcePolicies.list"}),
+    "ResourcePoliciesClient.delete_unary": frozenset({"compute.resourcePolicies.delete"}),
+    "RegionOperationsClient.wait": frozenset({"compute.regionOperations.get"}),
 }
 
 REQUIRED_PERMISSIONS: frozenset[str] = frozenset().union(*CALL_PERMISSIONS.values())

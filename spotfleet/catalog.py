@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from spotfleet.model.interconnect import interconnect_of
 from spotfleet.model.offering import Market, Offering, Offerings
 
 CATALOG_FILES = {"aws": "aws_gpu_vms.csv", "gcp": "gcp_gpu_vms.csv"}
@@ -87,6 +88,7 @@ def load_catalog_with_stats(
                     "memory_gib": float(row["memory_gib"]),
                     "on_demand_price_per_hour": on_demand,
                     "nvlink": has_nvlink(row["instance_type"]),
+                    "interconnect": interconnect_of(row["instance_type"]).value,
                     "price_source": "catalog",
                 }
                 items.append(Offering(market=Market.ON_DEMAND, price_per_hour=on_demand, **base))  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ class NodeRequirements:
     providers: frozenset[str] = frozenset()
     max_price_per_hour: float | None = None
     nvlink: bool = False
+    interconnect: str | None = None  # spotfleet.model.interconnect: required between nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,7 @@ class Offering:
     price_observed_at: datetime | None = None
     available: bool = True
     nvlink: bool = False
+    interconnect: str = "tcp"  # spotfleet.model.interconnect.Interconnect value
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
     # GPU partitioning (spotfleet.model.partition), set by the controller from its config and
     # from what agents reported: the declared MIG layout of each GPU, and why MIG profiles
@@ -107,6 +109,8 @@ class Offering:
             return f"{self.memory_gib:g} GiB memory < {req.memory_gib:g} GiB needed"
         if req.nvlink and req.gpus > 1 and not self.nvlink:
             return "no NVLink between GPUs (multi-GPU job asks for NVLink)"
+        if req.interconnect and req.interconnect != "tcp" and self.interconnect != req.interconnect:
+            return f"interconnect {self.interconnect}, job needs {req.interconnect}"
         if req.max_price_per_hour is not None and self.price_per_hour > req.max_price_per_hour:
             return f"${self.price_per_hour:.2f}/h > max price ${req.max_price_per_hour:.2f}/h"
         return None

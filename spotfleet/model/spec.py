@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -86,6 +86,9 @@ class Resources(StrictModel):
     cpus: float = Field(0, ge=0, le=100_000, description="minimum vCPUs per node")
     memory_gib: float = Field(0, ge=0, le=1_000_000, description="minimum memory per node")
     nvlink: bool = Field(False, description="multi-GPU nodes must have NVLink")
+    interconnect: Literal["tcp", "gpudirect-tcpx", "efa"] | None = Field(
+        None, description="the fabric between a gang's nodes (efa: AWS EFA; gpudirect-tcpx: GCP A3)"
+    )
 
     @field_validator("mig")
     @classmethod
@@ -257,6 +260,7 @@ class JobSpec(StrictModel):
             providers=frozenset(self.providers),
             max_price_per_hour=self.max_price_per_hour,
             nvlink=r.nvlink,
+            interconnect=r.interconnect,
         )
 
 

@@ -39,6 +39,7 @@ import numpy as np
 from spotfleet.clock import Clock
 from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
 from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.model.interconnect import interconnect_of
 from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.sim.traces import TraceSet, ZoneTrace
@@ -422,6 +423,7 @@ class SimProvider:
             on_demand_price_per_hour=trace.on_demand_price,
             price_source="trace",
             nvlink=nvlink,
+            interconnect=interconnect_of(trace.instance_type).value,
             extra=(("cloud", trace.cloud), ("trace", trace.name)),
         )
 

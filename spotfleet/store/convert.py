@@ -19,7 +19,7 @@ def offering_to_dict(o: Offering) -> dict[str, Any]:
         "gpu": o.gpu, "gpu_count": o.gpu_count, "gpu_memory_gib": o.gpu_memory_gib, "vcpus": o.vcpus,
         "memory_gib": o.memory_gib, "market": o.market.value, "price_per_hour": o.price_per_hour,
         "on_demand_price_per_hour": o.on_demand_price_per_hour, "price_source": o.price_source,
-        "nvlink": o.nvlink,
+        "nvlink": o.nvlink, "interconnect": o.interconnect,
     }  # fmt: skip
 
 
@@ -31,6 +31,7 @@ def offering_from_dict(d: dict[str, Any]) -> Offering:
         price_per_hour=float(d["price_per_hour"]),
         on_demand_price_per_hour=float(d["on_demand_price_per_hour"]),
         price_source=d.get("price_source", "catalog"), nvlink=bool(d.get("nvlink", False)),
+        interconnect=str(d.get("interconnect", "tcp")),
     )  # fmt: skip
 
 

@@ -29,11 +29,13 @@ def offering(
     memory_gib: float = 1024.0,
     nvlink: bool = False,
     on_demand: float | None = None,
+    interconnect: str = "tcp",
 ) -> Offering:
     return Offering(
         provider=provider, region=region, zone=zone, instance_type=instance_type, gpu=gpu, gpu_count=gpus,
         gpu_memory_gib=gpu_memory_gib, vcpus=vcpus, memory_gib=memory_gib, market=market, price_per_hour=price,
         on_demand_price_per_hour=on_demand if on_demand is not None else price, nvlink=nvlink,
+        interconnect=interconnect,
     )  # fmt: skip
 
 

@@ -89,9 +89,12 @@ def test_terminate_and_template_edits_only_on_tagged_resources() -> None:
     resource_tag = "ec2:ResourceTag/${local.cluster_tag_key}"
     sids = by_sid("controller_provider")
     for statement in statements("controller_provider"):
-        if {"ec2:TerminateInstances", "ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"} & set(
-            statement["actions"]
-        ):
+        if {
+            "ec2:TerminateInstances",
+            "ec2:CreateLaunchTemplateVersion",
+            "ec2:DeleteLaunchTemplateVersions",
+            "ec2:DeletePlacementGroup",
+        } & set(statement["actions"]):
             assert conditions(statement)[resource_tag] == ("StringEquals", ["${var.cluster}"]), statement["sid"]
     assert sids["TerminateOnlyTaggedInstances"]["resources"] == ["${local.arn_ec2}:instance/*"]
 
@@ -101,7 +104,7 @@ def test_tags_are_written_only_while_creating() -> None:
     assert statement["actions"] == ["ec2:CreateTags"]
     test, actions = conditions(statement)["ec2:CreateAction"]
     assert test == "StringEquals"
-    assert set(actions) <= {"CreateFleet", "RunInstances", "CreateLaunchTemplate"}
+    assert set(actions) <= {"CreateFleet", "RunInstances", "CreateLaunchTemplate", "CreatePlacementGroup"}
 
 
 def test_pass_role_only_for_the_worker_role_and_only_to_ec2() -> None:

@@ -58,7 +58,9 @@ data "aws_iam_policy_document" "controller_provider" {
       "ec2:DescribeInstances",
       "ec2:DescribeLaunchTemplateVersions",
       "ec2:DescribeLaunchTemplates",
+      "ec2:DescribePlacementGroups",
       "ec2:DescribeSpotPriceHistory",
+      "ec2:DescribeSubnets",
       "pricing:GetProducts",
     ]
     resources = ["*"]
@@ -101,11 +103,12 @@ data "aws_iam_policy_document" "controller_provider" {
       "${local.arn_ec2}:volume/*",
       "${local.arn_ec2}:network-interface/*",
       "${local.arn_ec2}:launch-template/*",
+      "${local.arn_ec2}:placement-group/*",
     ]
     condition {
       test     = "StringEquals"
       variable = "ec2:CreateAction"
-      values   = ["CreateFleet", "RunInstances", "CreateLaunchTemplate"]
+      values   = ["CreateFleet", "RunInstances", "CreateLaunchTemplate", "CreatePlacementGroup"]
     }
     condition {
       test     = "StringEquals"
@@ -129,6 +132,28 @@ data "aws_iam_policy_document" "controller_provider" {
     sid       = "VersionOnlyTaggedLaunchTemplates"
     actions   = ["ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"]
     resources = ["${local.arn_ec2}:launch-template/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "ec2:ResourceTag/${local.cluster_tag_key}"
+      values   = [var.cluster]
+    }
+  }
+
+  statement {
+    sid       = "CreateOnlyTaggedPlacementGroups"
+    actions   = ["ec2:CreatePlacementGroup"]
+    resources = ["${local.arn_ec2}:placement-group/*"]
+    condition {
+      test     = "StringEquals"
+      variable = "aws:RequestTag/${local.cluster_tag_key}"
+      values   = [var.cluster]
+    }
+  }
+
+  statement {
+    sid       = "DeleteOnlyTaggedPlacementGroups"
+    actions   = ["ec2:DeletePlacementGroup"]
+    resources = ["${local.arn_ec2}:placement-group/*"]
     condition {
       test     = "StringEquals"
       variable = "ec2:ResourceTag/${local.cluster_tag_key}"

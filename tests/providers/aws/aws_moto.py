@@ -12,7 +12,11 @@ one production runs:
 - ``FleetShim`` records every CreateFleet request as the provider built it,
   emulates stockouts per (instance type, zone) by removing those overrides
   before the call and adding the matching ``Errors`` entries after it, and
-  injects whole-call errors (capacity, quota, throttling, permissions).
+  injects whole-call errors (capacity, quota, throttling, permissions);
+- ``PlacementGroupShim`` serves Create/Describe/DeletePlacementGroup (moto 5.2
+  has no placement groups) as EC2 XML, with AWS's ``Duplicate`` and ``InUse``
+  errors: a group is in use while moto holds a non-terminated instance tagged
+  with it.
 """
 
 from __future__ import annotations
@@ -142,7 +146,8 @@ class FleetShim:
         return self
 
     def _zone(self, override: dict[str, Any]) -> str:
-        return str(override.get("AvailabilityZone") or self.subnet_zone[override["SubnetId"]])
+        """The override's zone; "" when the template's network interfaces carry the subnet."""
+        return str(override.get("AvailabilityZone") or self.subnet_zone.get(override.get("SubnetId", ""), ""))
 
     def _before_build(self, params: dict[str, Any], **_: Any) -> None:
         self.requests.append(copy.deepcopy(params))
@@ -206,6 +211,97 @@ class FleetShim:
         return self.requests[-1]
 
 
+def ec2_error(code: str, message: str, status: int = 400) -> AWSResponse:
+    body = (
+        f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error></Errors>"
+        "<RequestID>shim</RequestID></Response>"
+    )
+    return http_response(status, body.encode())
+
+
+@dataclass
+class PlacementGroupShim:
+    """Placement groups as EC2 serves them (moto has none): name → (strategy, tags)."""
+
+    moto_ec2: Any
+    groups: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    def install(self, session: boto3.Session) -> PlacementGroupShim:
+        session.events.register("before-send.ec2.CreatePlacementGroup", self._create)
+        session.events.register("before-send.ec2.DescribePlacementGroups", self._describe)
+        session.events.register("before-send.ec2.DeletePlacementGroup", self._delete)
+        return self
+
+    @staticmethod
+    def _form(request: Any) -> dict[str, str]:
+        body = request.body.decode() if isinstance(request.body, bytes) else request.body
+        return {k: v[0] for k, v in parse_qs(body).items()}
+
+    @staticmethod
+    def _ok(operation: str, inner: str = "<return>true</return>") -> AWSResponse:
+        body = (
+            f'<{operation}Response xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+            f"<requestId>shim</requestId>{inner}</{operation}Response>"
+        )
+        return http_response(200, body.encode())
+
+    def _item(self, name: str) -> str:
+        strategy, tags = self.groups[name]
+        tag_xml = "".join(f"<item><key>{k}</key><value>{v}</value></item>" for k, v in tags.items())
+        return (
+            f"<item><groupName>{name}</groupName><strategy>{strategy}</strategy><state>available</state>"
+            f"<groupId>pg-{abs(hash(name)) % 10**12:012d}</groupId><tagSet>{tag_xml}</tagSet></item>"
+        )
+
+    def _create(self, request: Any, **_: Any) -> AWSResponse:
+        form = self._form(request)
+        name = form["GroupName"]
+        if name in self.groups:
+            return ec2_error("InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists.")
+        tags: dict[str, str] = {}
+        for key, value in form.items():
+            if key.startswith("TagSpecification.1.Tag.") and key.endswith(".Key"):
+                tags[value] = form[key[: -len("Key")] + "Value"]
+        self.groups[name] = (form.get("Strategy", ""), tags)
+        self.created.append(name)
+        return self._ok("CreatePlacementGroup", f"<placementGroup>{self._item(name)}</placementGroup>")
+
+    def _describe(self, request: Any, **_: Any) -> AWSResponse:
+        form = self._form(request)
+        names = [v for k, v in form.items() if k.startswith("GroupName.")]
+        wanted = names or sorted(self.groups)
+        unknown = [n for n in wanted if n not in self.groups]
+        if unknown:
+            return ec2_error("InvalidPlacementGroup.Unknown", f"The Placement Group '{unknown[0]}' is unknown.")
+        tag_filter = {
+            form[k][len("tag:") :]: form[k.replace(".Name", ".Value.1")]
+            for k in form
+            if k.startswith("Filter.") and k.endswith(".Name") and form[k].startswith("tag:")
+        }
+        chosen = [n for n in wanted if all(self.groups[n][1].get(k) == v for k, v in tag_filter.items())]
+        items = "".join(self._item(n) for n in chosen)
+        return self._ok("DescribePlacementGroups", f"<placementGroupSet>{items}</placementGroupSet>")
+
+    def _delete(self, request: Any, **_: Any) -> AWSResponse:
+        name = self._form(request)["GroupName"]
+        if name not in self.groups:
+            return ec2_error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
+        if self.members(name):
+            return ec2_error("InvalidPlacementGroup.InUse", f"The placement group '{name}' is in use.")
+        del self.groups[name]
+        self.deleted.append(name)
+        return self._ok("DeletePlacementGroup")
+
+    def members(self, name: str) -> list[str]:
+        """Non-terminated instances moto holds that were launched into this group."""
+        pages = self.moto_ec2.describe_instances(Filters=[{"Name": "tag:spotfleet:placement-group", "Values": [name]}])
+        return [
+            i["InstanceId"] for r in pages["Reservations"] for i in r["Instances"] if i["State"]["Name"] != "terminated"
+        ]
+
+
 def make_config(moto: str, *, subnets: dict[str, list[str]] | None = None, **overrides: Any) -> AwsProviderConfig:
     fields: dict[str, Any] = {
         "regions": [REGION],
@@ -244,7 +340,9 @@ def pick(provider: AwsProvider, instance_type: str, market: Market = Market.SPOT
     return sorted(found, key=lambda o: o.zone)
 
 
-def request(request_id: str, offerings: Sequence[Offering], *, count: int = 1) -> LaunchRequest:
+def request(
+    request_id: str, offerings: Sequence[Offering], *, count: int = 1, placement_group: str | None = None
+) -> LaunchRequest:
     return LaunchRequest(
         request_id=request_id,
         offering=offerings[0],
@@ -252,6 +350,7 @@ def request(request_id: str, offerings: Sequence[Offering], *, count: int = 1) -
         bootstrap=BOOT,
         tags={TAG_JOB_IDS: "job-1,job-2"},
         count=count,
+        placement_group=placement_group,
     )
 
 

@@ -178,6 +178,7 @@ class FakeCompute:
     operation_polls_before_done: int = 0
     stale_lists: int = 0  # the next N instances.list calls see no instances (eventual consistency)
     instances: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    resource_policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (region, name)
     operations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     _faults: dict[str, list[ApiError | tuple[str, int, str]]] = field(default_factory=dict)
@@ -287,9 +288,39 @@ class FakeCompute:
             op.update(self._pending_errors.pop((zone, name), {}))
         return op
 
+    def _attach_policies(self, zone: str, body: dict[str, Any]) -> list[str]:
+        """An insert's ``resourcePolicies`` (URLs or names) → full URLs; 400 for an unknown one.
+
+        Like GCE: the policy must exist in the zone's region; a stored instance
+        lists its policies as full URLs.
+        """
+        region = zone.rsplit("-", 1)[0]
+        urls = []
+        for n, ref in enumerate(body.get("resourcePolicies") or []):
+            name = str(ref).rsplit("/", 1)[-1]
+            if (region, name) not in self.resource_policies or (
+                "/regions/" in ref and f"/regions/{region}/" not in ref
+            ):
+                raise ApiError(
+                    400,
+                    "invalid",
+                    f"Invalid value for field 'resource.resourcePolicies[{n}]': '{ref}'. "
+                    "The resource policy does not exist in the instance's region.",
+                )
+            urls.append(self.resource_policies[(region, name)]["selfLink"])
+        return urls
+
+    def policy_users(self, region: str, name: str) -> list[str]:
+        """Instances (any status: a stopped VM keeps its policies) that reference a policy."""
+        link = f"{API}/projects/{self.project}/regions/{region}/resourcePolicies/{name}"
+        return [i["name"] for i in self.instances.values() if link in (i.get("resourcePolicies") or [])]
+
     def _create(self, zone: str, body: dict[str, Any]) -> dict[str, Any]:
         name = body["name"]
+        policies = self._attach_policies(zone, body)
         inst = json.loads(json.dumps(body))
+        if policies:
+            inst["resourcePolicies"] = policies
         inst.update(
             {
                 "kind": "compute#instance",
@@ -359,6 +390,7 @@ class FakeCompute:
                 f"The resource 'projects/{self.project}/zones/{zone}/instances/{body['name']}' already exists",
             )
         self._validate_machine_type(zone, body["machineType"])
+        self._attach_policies(zone, body)
         error = fault if isinstance(fault, tuple) else (STOCKOUT if how == "operation" else None)
         if error:
             target = {
@@ -472,6 +504,103 @@ class FakeCompute:
             op["status"] = "RUNNING"
         return op
 
+    # -- regional: resource policies and their operations --
+
+    def _region_link(self, region: str, kind: str = "", name: str = "") -> str:
+        base = f"{API}/projects/{self.project}/regions/{region}"
+        return f"{base}/{kind}/{name}" if kind else base
+
+    def _region_operation(self, region: str, op_type: str, target: dict[str, Any]) -> dict[str, Any]:
+        name = f"operation-{self._next_id()}-{op_type}"
+        op = {
+            "kind": "compute#operation",
+            "id": self._next_id(),
+            "name": name,
+            "region": self._region_link(region),
+            "operationType": op_type,
+            "targetLink": target["selfLink"],
+            "targetId": target["id"],
+            "status": "DONE",
+            "progress": 100,
+            "insertTime": _now(),
+            "startTime": _now(),
+            "endTime": _now(),
+            "selfLink": self._region_link(region, "operations", name),
+        }
+        self.operations[(f"regions/{region}", name)] = op
+        return op
+
+    def _check_region(self, region: str) -> None:
+        if not any(z.rsplit("-", 1)[0] == region for z in self.zones):
+            raise ApiError(404, "notFound", f"The resource 'projects/{self.project}/regions/{region}' was not found")
+
+    def policy_insert(self, region: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        self._check_region(region)
+        rid = query.get("requestId")
+        if rid and rid in self._request_ids:
+            return self.operations[self._request_ids[rid]]
+        name = body["name"]
+        if (region, name) in self.resource_policies:
+            raise ApiError(
+                409,
+                "alreadyExists",
+                f"The resource 'projects/{self.project}/regions/{region}/resourcePolicies/{name}' already exists",
+            )
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            raise ApiError(400, "invalid", f"Invalid value for field 'resource.name': '{name}'.")
+        policy = {
+            **json.loads(json.dumps(body)),
+            "kind": "compute#resourcePolicy",
+            "id": self._next_id(),
+            "region": self._region_link(region),
+            "selfLink": self._region_link(region, "resourcePolicies", name),
+            "creationTimestamp": _now(),
+            "status": "READY",
+        }
+        self.resource_policies[(region, name)] = policy
+        op = self._region_operation(region, "insert", policy)
+        if rid:
+            self._request_ids[rid] = (f"regions/{region}", op["name"])
+        return op
+
+    def policy_get(self, region: str, name: str) -> dict[str, Any]:
+        self._check_region(region)
+        policy = self.resource_policies.get((region, name))
+        if policy is None:
+            raise ApiError(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/regions/{region}/resourcePolicies/{name}' was not found",
+            )
+        return policy
+
+    def policy_list(self, region: str, query: dict[str, str]) -> dict[str, Any]:
+        self._check_region(region)
+        clauses = parse_filter(query.get("filter", ""))
+        items = [p for (r, _), p in sorted(self.resource_policies.items()) if r == region and matches(p, clauses)]
+        out = self._paginate("compute#resourcePolicyList", items, query, region)
+        out["selfLink"] = self._region_link(region, "resourcePolicies")
+        return out
+
+    def policy_delete(self, region: str, name: str) -> dict[str, Any]:
+        policy = self.policy_get(region, name)
+        users = self.policy_users(region, name)
+        if users:
+            raise ApiError(
+                400,
+                "resourceInUseByAnotherResource",
+                f"The resource_policy resource '{policy['selfLink']}' is already being used by "
+                f"'projects/{self.project}/zones/.../instances/{users[0]}'",
+            )
+        del self.resource_policies[(region, name)]
+        return self._region_operation(region, "delete", policy)
+
+    def region_op_get(self, region: str, name: str) -> dict[str, Any]:
+        op = self.operations.get((f"regions/{region}", name))
+        if op is None:
+            raise ApiError(404, "notFound", f"operation {name} not found in {region}")
+        return op
+
     def op_list(self, zone: str, query: dict[str, str]) -> dict[str, Any]:
         self._check_zone(zone)
         clauses = parse_filter(query.get("filter", ""))
@@ -528,6 +657,15 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(_ZONE + r"/machineTypes$"), "machine_type_list"),
     ("GET", re.compile(_ZONE + r"/acceleratorTypes$"), "accelerator_type_list"),
 ]
+_REGION = r"^/compute/v1/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)"
+REGION_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(_REGION + r"/resourcePolicies$"), "policy_insert"),
+    ("GET", re.compile(_REGION + r"/resourcePolicies$"), "policy_list"),
+    ("GET", re.compile(_REGION + r"/resourcePolicies/(?P<name>[^/]+)$"), "policy_get"),
+    ("DELETE", re.compile(_REGION + r"/resourcePolicies/(?P<name>[^/]+)$"), "policy_delete"),
+    ("GET", re.compile(_REGION + r"/operations/(?P<name>[^/]+)$"), "region_op_get"),
+    ("POST", re.compile(_REGION + r"/operations/(?P<name>[^/]+)/wait$"), "region_op_get"),
+]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -547,6 +685,21 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with compute.lock:
                 compute.calls.append(Call(method, url.path, query, body))
+                for verb, pattern, handler in REGION_ROUTES:
+                    m = pattern.match(url.path) if verb == method else None
+                    if m is None:
+                        continue
+                    if m["project"] != compute.project:
+                        raise ApiError(403, "forbidden", f"Required 'compute' permission for 'projects/{m['project']}'")
+                    region = m["region"]
+                    if handler == "policy_insert":
+                        result = compute.policy_insert(region, query, body or {})
+                    elif handler == "policy_list":
+                        result = compute.policy_list(region, query)
+                    else:
+                        result = getattr(compute, handler)(region, m["name"])
+                    self._send(200, result)
+                    return
                 for verb, pattern, handler in ROUTES:
                     m = pattern.match(url.path) if verb == method else None
                     if m is None:
