@@ -74,17 +74,17 @@ def _subset(zones: tuple[str, ...]) -> TraceSet:
     return found
 
 
-Task = tuple[str, int, float, float, float, float, tuple[str, ...]]
+Task = tuple[str, int, float, float, float, float, tuple[str, ...], float]
 
 
 def _one(args: Task) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes, zones = args
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb = args
     traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
-        checkpoint_interval=interval,
+        checkpoint_interval=interval, checkpoint_gb=checkpoint_gb,
     )  # fmt: skip
     sim = run.sim
     return Run(
@@ -107,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-hours", type=float, default=0.2)
     parser.add_argument("--checkpoint-minutes", type=float, default=30.0,
                         help="the job's periodic checkpoint interval (0: none; it still checkpoints on a notice)")  # fmt: skip
+    parser.add_argument("--checkpoint-gb", type=float, default=0.0,
+                        help="checkpoint size: resuming it in another region/cloud pays this many GiB of egress "
+                             "(policy knobs' $/GiB), in the simulator and the optimum alike (0: moves are free)")  # fmt: skip
     parser.add_argument("--starts", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0, help="0: starts from tick 0; else a seeded shift of the grid")
     parser.add_argument("--policies", nargs="+", default=list(POLICY_NAMES), choices=POLICY_NAMES)
@@ -126,7 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     ticks = start_ticks(_TRACES, count=args.starts, window_hours=args.deadline_hours, seed=args.seed)
     policies = list(dict.fromkeys(["optimal", *args.policies]))
     tasks = [
-        (p, t, args.work_hours, args.deadline_hours, args.restart_hours, args.checkpoint_minutes, ())
+        (
+            p,
+            t,
+            args.work_hours,
+            args.deadline_hours,
+            args.restart_hours,
+            args.checkpoint_minutes,
+            (),
+            args.checkpoint_gb,
+        )
         for p in policies
         for t in ticks
     ]
@@ -142,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"traces: {', '.join(args.traces)} ({len(_TRACES.zones)} zones: {zones}; "
           f"{_TRACES.n_ticks} ticks of {_TRACES.tick_seconds:g} s)")  # fmt: skip
     print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
-          f"checkpoint every {args.checkpoint_minutes:g} min, {len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
+          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB, {len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
     header = f"{'policy':<18}{'runs':>5}{'mean $':>11}{'optimal $':>11}{'ratio':>8}{'worst':>8}{'misses':>8}{'spot':>7}{'intr':>6}{'s/run':>7}"
     print(header)
     print("-" * len(header))
@@ -163,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             "deadline_misses": misses, "worst_ratio": round(worst, 4), "traces": args.traces,
             "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
-            "starts": len(ticks), "seed": args.seed,
+            "checkpoint_gb": args.checkpoint_gb, "starts": len(ticks), "seed": args.seed,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
@@ -228,7 +240,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
         for p in policies:
             for t in ticks:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
-                              args.checkpoint_minutes, zones))  # fmt: skip
+                              args.checkpoint_minutes, zones, args.checkpoint_gb))  # fmt: skip
     if args.processes > 1:
         with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
             runs = list(pool.map(_one, tasks, chunksize=4))
@@ -238,7 +250,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
     print(f"traces: {', '.join(args.traces)} ({len(names)} zones); {len(subsets)} of {total} "
           f"{args.subsets}-zone subsets, {args.starts} starts each")  # fmt: skip
     print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
-          f"checkpoint every {args.checkpoint_minutes:g} min (seed {args.seed})\n")  # fmt: skip
+          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB (seed {args.seed})\n")  # fmt: skip
     summary = summarize_subsets(runs, policies)
     header = (
         f"{'policy':<18}{'subsets':>8}{'runs':>6}{'mean ratio':>12}{'worst subset':>14}{'worst start':>13}{'misses':>8}"
@@ -255,7 +267,8 @@ def _main_subsets(args: argparse.Namespace) -> int:
             "mode": "subsets", "policy": policy, **summary[policy], "k": args.subsets, "zones": len(names),
             "traces": args.traces, "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
-            "starts": args.starts, "seed": args.seed, "max_subsets": args.max_subsets,
+            "checkpoint_gb": args.checkpoint_gb, "starts": args.starts, "seed": args.seed,
+            "max_subsets": args.max_subsets,
         }))  # fmt: skip
     return 0
 

@@ -26,6 +26,14 @@ should move to another market, and give back every empty instance at once.
   the cheapest spot available then); spot and on-demand are bought in its
   zones only.
 
+- ``ups`` (SkyNomad, NSDI'27, its multi-region Uniform Progress "UP(S)"):
+  the same four rules, but a spot request tries every region in one fixed
+  order (sorted region, zone) and takes the first with spot, whichever region
+  the job ran in before; on-demand is bought in the region the job last ran
+  in (the first region in that order before it has run). Nothing is pinned.
+  Written from the published artifact's description of the policy
+  (``multi_region_rc_cr_threshold``), no code copied.
+
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
 end of the window that starts at ``created_at``. A job without a deadline is
@@ -283,8 +291,62 @@ class UniformProgressPolicy(TargetPolicy):
         return Target(Market.SPOT, region=region, reason=reason)
 
 
+@dataclass
+class MultiRegionUniformProgressPolicy(UniformProgressPolicy):
+    """SkyNomad's UP(S): Uniform Progress whose spot is any region's, tried in a
+    fixed order (see the module docstring); on-demand where the job last ran."""
+
+    name: str = "ups"
+    last_region: dict[str, str] = field(default_factory=dict)  # job id -> region it last ran in
+
+    def target(self, job: Job, snapshot: Snapshot, *, current: Instance | None) -> Target | None:
+        if current is not None:
+            self.last_region[job.id] = current.offering.region
+        self.regions.pop(job.id, None)  # never pinned
+        found = super().target(job, snapshot, current=current)
+        if found is None or found.market is Market.SPOT:
+            return found
+        region = self.last_region.get(job.id) or self._first_region(job, snapshot, Market.ON_DEMAND)
+        return Target(Market.ON_DEMAND, region=region, reason=found.reason)
+
+    def _place(self, job: Job, snapshot: Snapshot, target: Target) -> list[Command]:
+        offering = self.offering_for(job, snapshot, target)
+        if offering is not None:
+            self.last_region[job.id] = offering.region  # where its checkpoint will be
+        return super()._place(job, snapshot, target)
+
+    def offering_for(self, job: Job, snapshot: Snapshot, target: Target) -> Offering | None:
+        """Spot: the first zone with spot in the fixed (region, zone) order, not the cheapest."""
+        if target.market is not Market.SPOT or target.zone is not None or target.region is not None:
+            return super().offering_for(job, snapshot, target)
+        req = job.spec.node_requirements()
+        pool = list(snapshot.usable_offerings().market(Market.SPOT).compatible(req).available())
+        return min(pool, key=lambda o: (o.region, o.zone, o.price_per_hour), default=None)
+
+    def _spot(
+        self,
+        job: Job,
+        snapshot: Snapshot,
+        region: str | None,
+        current: Instance | None,
+        *,
+        reason: str,
+    ) -> Target | None:
+        if current is not None:  # riding spot: stay where it is
+            return Target(Market.SPOT, region=current.offering.region, reason=reason)
+        if not self.spot_available(job, snapshot):
+            return None
+        return Target(Market.SPOT, reason=reason)
+
+    def _first_region(self, job: Job, snapshot: Snapshot, market: Market) -> str | None:
+        req = job.spec.node_requirements()
+        regions = sorted({o.region for o in snapshot.usable_offerings().market(market).compatible(req)})
+        return regions[0] if regions else None
+
+
 BASELINES = {
     "on-demand": OnDemandPolicy,
     "greedy": GreedyPolicy,
     "uniform-progress": UniformProgressPolicy,
+    "ups": MultiRegionUniformProgressPolicy,
 }

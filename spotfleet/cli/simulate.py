@@ -41,7 +41,7 @@ def simulate(
     more: Annotated[list[str] | None, typer.Argument(metavar="[DIR ...]", help="more trace directories")] = None,
     policy: Annotated[
         str,
-        typer.Option("--policy", help="on-demand | greedy | uniform-progress | spotfleet | optimal"),
+        typer.Option("--policy", help="on-demand | greedy | uniform-progress | ups | spotfleet | optimal"),
     ] = "spotfleet",
     fmt: Format = output.OUTPUT,
     json_out: Annotated[Path | None, typer.Option("--json-out", help="also write the full result as JSON here")] = None,

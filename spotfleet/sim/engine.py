@@ -70,6 +70,19 @@ class SimSettings:
     skip_quiet: bool = True  # jump over ticks where nothing can change (see the module docstring)
     catalog_on_demand: bool = False  # offer catalog instance types the traces do not cover
     plan: PlanSettings = field(default_factory=PlanSettings)
+    # Moving a checkpointable job's state between regions or clouds: every
+    # attempt that resumes saved progress in another (cloud, region) than the
+    # one its checkpoint was written in pays ``checkpoint_gb`` × the egress rate
+    # (the policy knobs' list prices). 0 = free moves (the round-1 model).
+    checkpoint_gb: float = 0.0
+    egress_inter_region_per_gib: float = 0.02
+    egress_internet_per_gib: float = 0.09
+
+    def egress_rate(self, src: tuple[str, str], dst: tuple[str, str]) -> float:
+        """USD/GiB from checkpoint location ``src`` to ``dst`` ((cloud, region) each)."""
+        if src == dst:
+            return 0.0
+        return self.egress_inter_region_per_gib if src[0] == dst[0] else self.egress_internet_per_gib
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,7 @@ class SimResult:
     cost_curve: list[tuple[datetime, float]]
     on_demand_cost: float  # the same work on on-demand, one start per job (the reference line)
     on_demand_runs: list[tuple[datetime, float, float]] = field(default_factory=list)  # (from, seconds, USD/h)
+    egress: list[tuple[datetime, str, float]] = field(default_factory=list)  # (when, job id, USD): checkpoint moves
 
     def on_demand_spent(self, at: datetime) -> float:
         """The reference line: what on-demand from each arrival would have cost by ``at``."""
@@ -116,7 +130,12 @@ class SimResult:
 
     @property
     def cost(self) -> float:
-        return sum(b.cost for b in self.bills)
+        return sum(b.cost for b in self.bills) + self.egress_cost
+
+    @property
+    def egress_cost(self) -> float:
+        """USD paid to move checkpoints between regions/clouds (``SimSettings.checkpoint_gb``)."""
+        return sum(usd for _, _, usd in self.egress)
 
     @property
     def deadline_misses(self) -> int:
@@ -238,6 +257,9 @@ class Simulation:
         self.items: dict[str, WorkItem] = {}
         self.agents: dict[tuple[str, str], SimAgent] = {}
         self.steps = 0
+        self.egress: list[tuple[datetime, str, float]] = []
+        self.checkpoint_at: dict[str, tuple[str, str]] = {}  # job id → (cloud, region) of its saved state
+        self._restored: dict[str, int] = {}  # job id → the attempt whose restore was charged
         self.cost_curve: list[tuple[datetime, float]] = []
         self._changes = self._change_ticks()
         # A policy may declare it never moves a running on-demand job (the
@@ -317,9 +339,11 @@ class Simulation:
                         response = self.controller.agents.heartbeat(agent.token, beat)
                 except Unauthorized:
                     continue  # the controller retired it; the provider is terminating it
-                self._apply(agent, response, now)
+                self._apply(agent, response, now, where=(cloud, inst.offering.region))
 
-    def _apply(self, agent: SimAgent, response: HeartbeatResponse, now: datetime) -> None:
+    def _apply(
+        self, agent: SimAgent, response: HeartbeatResponse, now: datetime, *, where: tuple[str, str] = ("", "")
+    ) -> None:
         wanted: set[tuple[str, int, int]] = set()
         for a in response.assignments:
             track = self.tracks.get(a.job_id)
@@ -327,6 +351,9 @@ class Simulation:
                 continue
             wanted.add((a.job_id, a.attempt, a.node_rank))
             track.assign(a.attempt, a.node_rank, now)
+            if a.node_rank == 0 and a.attempt == track.attempt and self._restored.get(a.job_id) != a.attempt:
+                self._restored[a.job_id] = a.attempt
+                self._move_checkpoint(a.job_id, track.saved, where, now)
             if a.drain is not None and track.attempt == a.attempt:
                 track.drain(a.drain.deadline, now)
         for job_id, attempt, _ in agent.runs - wanted:
@@ -334,6 +361,18 @@ class Simulation:
             if track.attempt == attempt:
                 track.end_attempt(now)  # the controller moved on: the process is stopped
         agent.runs = wanted
+
+    def _move_checkpoint(self, job_id: str, saved: float, where: tuple[str, str], now: datetime) -> None:
+        """A new attempt restores the job's checkpoint at ``where``: charge the egress
+        when saved progress has to cross a region or cloud boundary to get there."""
+        src = self.checkpoint_at.get(job_id)
+        self.checkpoint_at[job_id] = where
+        gb = self.settings.checkpoint_gb
+        if src is None or saved <= 0 or gb <= 0:
+            return
+        rate = self.settings.egress_rate(src, where)
+        if rate > 0:
+            self.egress.append((now, job_id, gb * rate))
 
     def _awaiting_agents(self) -> bool:
         """Did the step bind or drain a job (news the agents must hear at once)?"""
@@ -408,7 +447,7 @@ class Simulation:
     # ------------------------------------------------------------ results
 
     def _cost(self, now: datetime) -> float:
-        return sum(p.cost(until=now) for p in self.providers.values())
+        return sum(p.cost(until=now) for p in self.providers.values()) + sum(usd for _, _, usd in self.egress)
 
     def _result(self, now: datetime) -> SimResult:
         runs = self._on_demand_reference()
@@ -443,6 +482,7 @@ class Simulation:
             cost_curve=self.cost_curve,
             on_demand_cost=sum(rate * seconds / 3600.0 for _, seconds, rate in runs),
             on_demand_runs=runs,
+            egress=list(self.egress),
         )
 
     def _on_demand_reference(self) -> list[tuple[datetime, float, float]]:

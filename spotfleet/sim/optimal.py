@@ -21,12 +21,24 @@ progress; for shorter segments it is never above the truth (they would have
 made nothing), and such segments are dominated by idling anyway (same progress,
 no cost), so the optimum of this accounting is the true optimum. The brute-force
 test in tests/sim checks that claim on hand-made traces.
+
+Checkpoint moves (``checkpoint_gb > 0``): the job's saved state lives in the
+(cloud, region) of the attempt that wrote it, and an attempt that resumes
+saved progress (progress > 0) in another (cloud, region) pays
+``checkpoint_gb`` × the egress rate once, like the simulator
+(``SimSettings.checkpoint_gb``). The state then carries that location: one
+idle and one on-demand state per location (the location's cheapest on-demand
+price) besides the spot zones, and a switch into a location adds the move's
+price to the cheapest way to be anywhere else. Restore time is the restart
+charge already paid by every (re)start. With ``checkpoint_gb == 0`` every
+location is one, which is exactly the model above. That variant computes the
+cost and finish time only (no schedule).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,13 +106,17 @@ def optimal_single_job(
     zones: Sequence[str] = (),
     nodes: int = 1,
     with_schedule: bool = True,
+    checkpoint_gb: float = 0.0,
+    egress_inter_region_per_gib: float = 0.02,
+    egress_internet_per_gib: float = 0.09,
 ) -> OptimalResult:
     """The cheapest way to do ``work_hours`` within ``deadline_hours`` of ``start_tick``.
 
     ``zones`` limits the zones (names or keys; default all); ``nodes`` is how
     many instances the job runs on at once (a gang, all in one zone): spot is
     usable where the zone has that many available, and every node is paid.
-    Times are rounded to whole seconds.
+    Times are rounded to whole seconds. ``checkpoint_gb`` prices a move of the
+    saved state across regions (same cloud) or clouds at the given $/GiB.
     """
     problem = _build(
         traces,
@@ -111,6 +127,18 @@ def optimal_single_job(
         zones=zones,
         nodes=nodes,
     )
+    if checkpoint_gb > 0:
+        picked = traces.only(zones=zones) if zones else traces
+        return _solve_located(
+            problem,
+            picked,
+            nodes=nodes,
+            move_usd=lambda a, b: (
+                0.0
+                if a == b
+                else checkpoint_gb * (egress_inter_region_per_gib if a[0] == b[0] else egress_internet_per_gib)
+            ),
+        )
     return _solve(problem, start_tick=start_tick, with_schedule=with_schedule)
 
 
@@ -289,3 +317,69 @@ def _schedule(
             )
         run_start = idx
     return tuple(segments)
+
+
+def _solve_located(
+    p: _Problem, traces: TraceSet, *, nodes: int, move_usd: Callable[[tuple[str, str], tuple[str, str]], float]
+) -> OptimalResult:
+    """The DP of ``_solve`` with the checkpoint's location in the state (cost and finish only).
+
+    States: per location ``l`` an idle state, the spot zones (each in its
+    location) and per location an on-demand state at that location's cheapest
+    on-demand price. Leaving a state keeps the checkpoint where it was; entering
+    a state at ``l`` with progress > 0 from location ``l'`` adds ``move_usd(l', l)``.
+    """
+    if p.work <= 0:
+        return OptimalResult(True, 0.0, 0.0, ())
+    locs = sorted({(z.cloud, z.region) for z in traces.zones})
+    loc_of_zone = [locs.index((z.cloud, z.region)) for z in traces.zones]
+    od_price = [min(z.on_demand_price for z in traces.zones if (z.cloud, z.region) == loc) * nodes for loc in locs]
+    n_loc, n_zone = len(locs), len(p.keys)
+    # state layout: [idle per loc] + [spot per zone] + [on-demand per loc]
+    state_loc = list(range(n_loc)) + loc_of_zone + list(range(n_loc))
+    n_states = len(state_loc)
+    move = np.array([[move_usd(a, b) for b in locs] for a in locs])
+    R, P = p.r_units, p.r_units + p.w_units
+    cost = np.full((n_states, P), INF)
+    cost[:n_loc, R] = 0.0  # nothing saved yet: where it "is" does not matter
+    best, best_at = INF, None
+    progress_s = (np.arange(P) - R) * p.q
+    has_state = np.arange(P) > R  # progress > 0: a move pays egress
+    for i, length in enumerate(p.tick_lengths):
+        lq = length // p.q
+        m_loc = np.stack([cost[[s for s in range(n_states) if state_loc[s] == li]].min(axis=0) for li in range(n_loc)])
+        last = i == len(p.tick_lengths) - 1
+        new = np.full((n_states, P), INF)
+        sw_loc = []
+        for li in range(n_loc):
+            arrive = np.min(m_loc + np.where(has_state, 1.0, 0.0)[None, :] * move[:, li][:, None], axis=0)
+            sw = np.full(P, INF)
+            sw[0] = float(np.min(arrive[: R + 1]))
+            sw[1 : P - R] = arrive[R + 1 :]
+            sw_loc.append(sw)
+            new[li] = m_loc[li]
+        for s in range(n_loc, n_states):
+            if s < n_loc + n_zone:
+                z = s - n_loc
+                if not p.spot_ok[z, i]:
+                    continue
+                price = float(p.spot_price[z, i])
+            else:
+                price = od_price[s - n_loc - n_zone]
+            sw = sw_loc[state_loc[s]]
+            lo = max(P - lq, 0)
+            for src in (cost[s], sw):
+                cand = src[lo:] + price * (p.work - progress_s[lo:]) / 3600.0
+                if cand.size:
+                    k = int(np.argmin(cand))
+                    if cand[k] < best:
+                        best, best_at = float(cand[k]), (i, lo + k)
+            if last or lq >= P:
+                continue
+            new[s, lq:] = np.minimum(cost[s, : P - lq], sw[: P - lq]) + price * length / 3600.0
+        cost = new
+    if best_at is None:
+        return OptimalResult(False, INF, INF, ())
+    i, k = best_at
+    finish = float(sum(p.tick_lengths[:i]) + p.work - (k - R) * p.q)
+    return OptimalResult(True, best, finish, ())

@@ -19,7 +19,7 @@ from spotfleet.sim.optimal import OptimalResult, optimal_single_job
 from spotfleet.sim.traces import TraceSet
 from spotfleet.sim.workload import single_job
 
-POLICY_NAMES = ("on-demand", "greedy", "uniform-progress", "spotfleet", "optimal")
+POLICY_NAMES = ("on-demand", "greedy", "uniform-progress", "ups", "spotfleet", "optimal")
 
 
 def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.1) -> Policy:
@@ -66,8 +66,14 @@ def run_single_job(
     restart_hours: float = 0.2,
     checkpoint_interval: timedelta | None = None,
     settings: SimSettings | None = None,
+    checkpoint_gb: float = 0.0,
 ) -> SingleJobRun:
-    """Scenario (a) for one policy from one start tick."""
+    """Scenario (a) for one policy from one start tick.
+
+    ``checkpoint_gb``: the job's checkpoint size; resuming it in another region
+    or cloud pays that many GiB of egress, in the simulator and in the optimum.
+    """
+    base = settings or SimSettings()
     start = traces.time_of(start_tick)
     deadline = start + timedelta(hours=deadline_hours)
     if policy == "optimal":
@@ -78,6 +84,9 @@ def run_single_job(
             start_tick=start_tick,
             restart_hours=restart_hours,
             with_schedule=False,
+            checkpoint_gb=checkpoint_gb,
+            egress_inter_region_per_gib=base.egress_inter_region_per_gib,
+            egress_internet_per_gib=base.egress_internet_per_gib,
         )
         finished = start + timedelta(seconds=best.finish_seconds) if best.feasible else None
         return SingleJobRun("optimal", start, best.cost, finished, deadline, optimal=best)
@@ -88,13 +97,15 @@ def run_single_job(
         start_tick=start_tick,
         checkpoint_interval=checkpoint_interval,
     )
-    base = settings or SimSettings()
     sim_settings = SimSettings(
         restart_seconds=restart_hours * 3600,
         checkpoint_seconds=base.checkpoint_seconds,
         skip_quiet=base.skip_quiet,
         catalog_on_demand=base.catalog_on_demand,
         plan=base.plan,
+        checkpoint_gb=checkpoint_gb,
+        egress_inter_region_per_gib=base.egress_inter_region_per_gib,
+        egress_internet_per_gib=base.egress_internet_per_gib,
     )
     planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600)
     # Run past the deadline (a late job still costs money) but not forever.

@@ -87,7 +87,7 @@ def parse(raw: bytes, *, source: str = "upload") -> SimDoc:
                           source=source) from None  # fmt: skip
     if isinstance(data, dict) and data.get("policy") == "optimal" and "schedule" in data:
         raise InvalidSpec("policy", "an optimal-policy result has no instance timeline; open a result of "
-                          "on-demand, greedy, uniform-progress or spotfleet", source=source)  # fmt: skip
+                          "on-demand, greedy, uniform-progress, ups or spotfleet", source=source)  # fmt: skip
     if not isinstance(data, dict):
         raise InvalidSpec("file", "a simulation result is a JSON object", source=source)
     try:
