@@ -439,8 +439,13 @@ def test_keyboard_alone_gets_around(browser: Browser, fleet: Fleet) -> None:
     page.goto("/jobs")
     assert page.evaluate("document.activeElement.id") == "token", "the token field has the focus"
     page.keyboard.type(ADMIN)
-    page.keyboard.press("Enter")
+    # the sign-in page already sits at /jobs, so the URL alone does not say the
+    # signed-in page has loaded: wait for that navigation, or the keys below land
+    # on a page about to be replaced and the focus resets (failed twice in CI)
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/jobs$"))
+    expect(page.locator("#state")).to_be_visible()
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") != "none", "focus is visible"
