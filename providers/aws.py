@@ -59,12 +59,7 @@ from spotfleet.providers.aws_errors import (
 from spotfleet.providers.aws_events import SqsEventConsumer
 from spotfleet.providers.aws_iam import REQUIRED_IAM_ACTIONS
 from spotfleet.providers.aws_launch import FleetOutcome, FleetPlan, LaunchTemplates
-from spotfleet.providers.aws_placement import (
-    TAG_PLACEMENT_GROUP,
-    InstanceNetworks,
-    PlacementGroups,
-    efa_interfaces,
-)
+from spotfleet.providers.aws_placement import InstanceNetworks, PlacementGroups, efa_interfaces
 from spotfleet.providers.aws_prices import PROVIDER, AwsOfferingSource, PriceReport, Zone
 from spotfleet.providers.base import (
     TAG_CLUSTER,
@@ -74,6 +69,7 @@ from spotfleet.providers.base import (
     ProviderInstance,
 )
 from spotfleet.providers.bootstrap import render_bootstrap
+from spotfleet.providers.gang_placement import TAG_PLACEMENT_GROUP
 
 __all__ = ["REQUIRED_IAM_ACTIONS", "AwsProvider", "AwsProviderConfig", "build_aws_provider"]
 

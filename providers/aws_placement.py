@@ -34,7 +34,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from spotfleet.clock import Clock
@@ -42,13 +42,11 @@ from spotfleet.errors import NotOwned, PermanentError
 from spotfleet.providers.aws_clients import AwsClients
 from spotfleet.providers.aws_errors import AWS_ERRORS, ClientError, error_code, translate
 from spotfleet.providers.base import TAG_CLUSTER
+from spotfleet.providers.gang_placement import GROUP_GRACE, CollectionPacer
 
 log = logging.getLogger(__name__)
 
-TAG_PLACEMENT_GROUP = "spotfleet:placement-group"
 TAG_CREATED_AT = "spotfleet:created-at"
-GROUP_GRACE = timedelta(minutes=15)
-COLLECT_EVERY = timedelta(minutes=1)
 GROUP_STRATEGY = "cluster"
 
 
@@ -157,7 +155,7 @@ class PlacementGroups:
         self._extra_tags = dict(extra_tags)
         self._lock = threading.Lock()
         self._ready: set[tuple[str, str]] = set()  # (region, name) known to exist and be ours
-        self._last_collect: dict[str, datetime] = {}
+        self._pacer = CollectionPacer()
 
     def ensure(self, region: str, name: str) -> None:
         """Create the group if it does not exist yet; refuse one another owner made."""
@@ -201,17 +199,14 @@ class PlacementGroups:
             raise translate(err, operation="DescribePlacementGroups") from err
 
     def collect(self, region: str, in_use: set[str], *, force: bool = False) -> list[str]:
-        """Delete this cluster's groups no live instance uses (at most once per ``COLLECT_EVERY``).
+        """Delete this cluster's groups no live instance uses (at most once a minute per region).
 
         Returns the names deleted. Never fails the caller: a listing that
         collects garbage on the side must still list.
         """
         now = self._clock.now()
-        with self._lock:
-            last = self._last_collect.get(region)
-            if not force and last is not None and now - last < COLLECT_EVERY:
-                return []
-            self._last_collect[region] = now
+        if not self._pacer.due(region, now, force=force):
+            return []
         deleted: list[str] = []
         try:
             groups = self._describe(region)

@@ -53,11 +53,12 @@ from spotfleet.providers import gcp_labels as labels_
 from spotfleet.providers import gcp_pricing
 from spotfleet.providers.base import TAG_REQUEST_ID, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.providers.bootstrap import render_bootstrap
+from spotfleet.providers.gang_placement import TAG_PLACEMENT_GROUP
 from spotfleet.providers.gcp_config import GcpProviderConfig
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
 from spotfleet.providers.gcp_events import PREEMPTED_FILTER, EventTracker
 from spotfleet.providers.gcp_offerings import ZoneInventory, build_offerings, configured_zones
-from spotfleet.providers.gcp_placement import TAG_PLACEMENT_GROUP, PlacementPolicies
+from spotfleet.providers.gcp_placement import PlacementPolicies
 from spotfleet.providers.gcp_resources import (
     PROVIDER,
     instance_fields,

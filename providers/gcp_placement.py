@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from google.api_core import exceptions as gexc
@@ -33,6 +33,7 @@ from google.cloud import compute_v1
 from spotfleet.clock import Clock
 from spotfleet.errors import NotOwned
 from spotfleet.providers import gcp_labels as labels_
+from spotfleet.providers.gang_placement import GROUP_GRACE, CollectionPacer
 from spotfleet.providers.gcp_errors import from_api_error, from_operation
 
 if TYPE_CHECKING:
@@ -40,9 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TAG_PLACEMENT_GROUP = "spotfleet:placement-group"
-GROUP_GRACE = timedelta(minutes=15)
-COLLECT_EVERY = timedelta(minutes=1)
 _DONE = compute_v1.Operation.Status.DONE
 _DESCRIPTION = re.compile(r"^spotfleet:cluster=(?P<cluster>\S+) created-at=(?P<at>\S+)$")
 
@@ -67,7 +65,7 @@ class PlacementPolicies:
         self._opts = opts
         self._lock = threading.Lock()
         self._ready: set[tuple[str, str]] = set()
-        self._last_collect: dict[str, datetime] = {}
+        self._pacer = CollectionPacer()
 
     def url(self, region: str, name: str) -> str:
         return f"projects/{self._project}/regions/{region}/resourcePolicies/{name}"
@@ -130,11 +128,8 @@ class PlacementPolicies:
     def collect(self, region: str, in_use: set[str], *, force: bool = False) -> list[str]:
         """Delete this cluster's policies in ``region`` no VM uses; the names deleted. Never raises."""
         now = self._clock.now()
-        with self._lock:
-            last = self._last_collect.get(region)
-            if not force and last is not None and now - last < COLLECT_EVERY:
-                return []
-            self._last_collect[region] = now
+        if not self._pacer.due(region, now, force=force):
+            return []
         used = {policy_name(self._cluster, g) for g in in_use}
         deleted: list[str] = []
         try:

@@ -17,8 +17,8 @@ from spotfleet.clock import FakeClock
 from spotfleet.errors import InsufficientCapacity, NotOwned
 from spotfleet.model.offering import Offering
 from spotfleet.providers.aws import AwsProvider
-from spotfleet.providers.aws_placement import GROUP_GRACE, TAG_PLACEMENT_GROUP
 from spotfleet.providers.base import TAG_CLUSTER, CloudState
+from spotfleet.providers.gang_placement import GROUP_GRACE, TAG_PLACEMENT_GROUP
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from spotfleet.clock import FakeClock
 from spotfleet.controller.controller import Controller
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.simple import SimplePolicy
+from spotfleet.providers.gang_placement import TAG_PLACEMENT_GROUP
 from spotfleet.providers.gcp import GcpProvider
-from spotfleet.providers.gcp_placement import TAG_PLACEMENT_GROUP
 from spotfleet.store import Store
 from tests.providers.gcp.gce_server import FakeCompute
 from tests.providers.gcp.gcp_support import CLUSTER

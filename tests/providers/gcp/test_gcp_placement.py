@@ -11,8 +11,9 @@ from spotfleet.clock import FakeClock
 from spotfleet.errors import InsufficientCapacity, NotOwned
 from spotfleet.model.offering import Offering
 from spotfleet.providers.base import LaunchRequest
+from spotfleet.providers.gang_placement import GROUP_GRACE, TAG_PLACEMENT_GROUP
 from spotfleet.providers.gcp import GcpProvider
-from spotfleet.providers.gcp_placement import GROUP_GRACE, TAG_PLACEMENT_GROUP, policy_name
+from spotfleet.providers.gcp_placement import policy_name
 from tests.providers.gcp.gce_server import API, ApiError, FakeCompute
 from tests.providers.gcp.gcp_support import CLUSTER, launch_request, offering_in
 
