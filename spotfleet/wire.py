@@ -26,6 +26,8 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # naming the field, not PostgreSQL's "integer out of range" as a 500.
 Int32 = Annotated[int, Field(ge=INT32_MIN, le=INT32_MAX)]
 Count32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
+# A byte or page offset: past any file or listing, inside BIGINT and exact in a double.
+MAX_OFFSET = 2**53
 
 
 class Wire(BaseModel):
@@ -152,5 +154,5 @@ class LogChunk(Wire):
     job_id: str
     attempt: Count32
     node_rank: Count32 = 0
-    offset: Annotated[int, Field(ge=0, le=2**53)]
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)]
     data: str

@@ -19,6 +19,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from spotfleet.wire import MAX_OFFSET
+
 DEFAULT_MAX_BODY = 1024 * 1024
 # job output is bytes of the job's choosing (it goes to a file); a spec's NUL is
 # refused by the spec's own validation, naming the field
@@ -27,7 +29,7 @@ MAX_DEPTH = 32
 # the largest integer a query parameter may carry: a page offset or byte offset
 # past it can name nothing stored, and PostgreSQL refuses a number outside
 # BIGINT ("bigint out of range": a 500 the fuzzer found in CI)
-MAX_QUERY_INT = 2**53
+MAX_QUERY_INT = MAX_OFFSET
 
 
 class BodyRefused(ValueError):

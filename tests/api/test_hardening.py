@@ -21,6 +21,7 @@ from spotfleet.api.app import create_app
 from spotfleet.clock import FakeClock
 from spotfleet.config import load_config
 from spotfleet.errors import InvalidSpec
+from spotfleet.model.job import Job
 from spotfleet.redact import RedactingFilter, redact
 from spotfleet.store import Store
 from spotfleet.wire import Assignment
@@ -203,13 +204,18 @@ def test_durations_are_bounded() -> None:
     assert parse_duration("365d") == timedelta(days=365)
 
 
-def test_nul_in_agent_reports_is_refused_before_the_store(h: Harness) -> None:
+def bound_agent(h: Harness) -> tuple[Job, TestClient, dict[str, str]]:
+    """A job bound to a registered instance, and an API client with that instance's agent token."""
     job = h.submit(name="a")
     h.step()
     h.register_all()
     inst = h.job(job.id).instance_ids[0]
     client = TestClient(create_app(h.controller), raise_server_exceptions=False)
-    auth_header = {"Authorization": f"Bearer {TOKEN}{inst}"}
+    return job, client, {"Authorization": f"Bearer {TOKEN}{inst}"}
+
+
+def test_nul_in_agent_reports_is_refused_before_the_store(h: Harness) -> None:
+    job, client, auth_header = bound_agent(h)
     beat = {"jobs": [{"job_id": "x\x00", "attempt": 1, "status": "running"}],
             "events": [{"kind": "k\x00", "message": "m", "at": "2026-01-01T00:00:00Z"}]}  # fmt: skip
     resp = client.post("/v1/agent/heartbeat", json=beat, headers=auth_header)
@@ -227,12 +233,7 @@ def test_huge_query_integers_are_422_not_a_database_overflow(h: Harness, client:
 
 
 def test_agent_numbers_past_the_store_columns_are_refused_or_dropped(h: Harness) -> None:
-    job = h.submit(name="a")
-    h.step()
-    h.register_all()
-    inst = h.job(job.id).instance_ids[0]
-    client = TestClient(create_app(h.controller), raise_server_exceptions=False)
-    auth_header = {"Authorization": f"Bearer {TOKEN}{inst}"}
+    job, client, auth_header = bound_agent(h)
     attempt = h.job(job.id).attempt
     over = {"job_id": job.id, "attempt": attempt, "status": "exited", "exit_code": 2**40}
     resp = client.post("/v1/agent/heartbeat", json={"jobs": [over]}, headers=auth_header)

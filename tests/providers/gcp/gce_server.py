@@ -350,11 +350,7 @@ class FakeCompute:
 
     def _check_zone(self, zone: str) -> None:
         if zone not in self.zones:
-            raise ApiError(
-                404,
-                "notFound",
-                f"The resource 'projects/{self.project}/zones/{zone}' was not found",
-            )
+            raise self._not_found(f"zones/{zone}")
 
     def _paginate(self, kind: str, items: list[dict[str, Any]], query: dict[str, str], zone: str) -> dict[str, Any]:
         size = min(int(query.get("maxResults", 500)), self.page_size)
@@ -459,11 +455,7 @@ class FakeCompute:
             raise fault
         inst = self.instances.get((zone, name))
         if inst is None:
-            raise ApiError(
-                404,
-                "notFound",
-                f"The resource 'projects/{self.project}/zones/{zone}/instances/{name}' was not found",
-            )
+            raise self._not_found(f"zones/{zone}/instances/{name}")
         return inst
 
     def list(self, zone: str, query: dict[str, str]) -> dict[str, Any]:
@@ -490,11 +482,7 @@ class FakeCompute:
         self._check_zone(zone)
         op = self.operations.get((zone, name))
         if op is None:
-            raise ApiError(
-                404,
-                "notFound",
-                f"The resource 'projects/{self.project}/zones/{zone}/operations/{name}' was not found",
-            )
+            raise self._not_found(f"zones/{zone}/operations/{name}")
         polls = self._polls.get((zone, name), 0) + 1
         self._polls[(zone, name)] = polls
         if op["status"] != "DONE" and polls >= self.operation_polls_before_done:
@@ -530,9 +518,13 @@ class FakeCompute:
         self.operations[(f"regions/{region}", name)] = op
         return op
 
+    def _not_found(self, path: str) -> ApiError:
+        """GCE's 404 for a resource of this project (``path`` below ``projects/<p>/``)."""
+        return ApiError(404, "notFound", f"The resource 'projects/{self.project}/{path}' was not found")
+
     def _check_region(self, region: str) -> None:
         if not any(z.rsplit("-", 1)[0] == region for z in self.zones):
-            raise ApiError(404, "notFound", f"The resource 'projects/{self.project}/regions/{region}' was not found")
+            raise self._not_found(f"regions/{region}")
 
     def policy_insert(self, region: str, query: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
         self._check_region(region)
@@ -567,11 +559,7 @@ class FakeCompute:
         self._check_region(region)
         policy = self.resource_policies.get((region, name))
         if policy is None:
-            raise ApiError(
-                404,
-                "notFound",
-                f"The resource 'projects/{self.project}/regions/{region}/resourcePolicies/{name}' was not found",
-            )
+            raise self._not_found(f"regions/{region}/resourcePolicies/{name}")
         return policy
 
     def policy_list(self, region: str, query: dict[str, str]) -> dict[str, Any]:

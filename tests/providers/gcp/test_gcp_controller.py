@@ -11,14 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from spotfleet.clock import FakeClock
-from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.spec import JobSpec
-from spotfleet.policies.simple import SimplePolicy
 from spotfleet.providers.gcp import GcpProvider
-from spotfleet.store import Store
 from tests.providers.gcp.gce_server import FakeCompute
-from tests.providers.gcp.gcp_support import CLUSTER
+from tests.providers.gcp.gcp_support import simple_controller
 
 EAST = "gcp:spot:a3-highgpu-8g:us-east4-a"  # $20.04/h: the cheapest 8×H100 spot pool configured
 CENTRAL = "gcp:spot:a3-highgpu-8g:us-central1-a"  # $26.83/h: next-cheapest (ties broken by key)
@@ -42,20 +39,9 @@ def _inserted_zones(gce: FakeCompute) -> list[str]:
 def test_stockout_falls_through_to_the_next_zone_in_one_step_and_is_avoided_for_the_ttl(
     make_provider: Callable[..., GcpProvider], gce: FakeCompute, clock: FakeClock, tmp_path: Path
 ) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'spotfleet.db'}")
-    store.migrate()
     provider = make_provider()
     settings = PlanSettings(capacity_backoff=timedelta(minutes=5))
-    controller = Controller(
-        store=store,
-        providers={"gcp": provider},
-        policy=SimplePolicy(),
-        clock=clock,
-        cluster=CLUSTER,
-        settings=settings,
-        data_dir=tmp_path,
-        controller_url=lambda: "https://controller.internal:8443",
-    )
+    controller = simple_controller(provider, clock, tmp_path, settings=settings)
     gce.stockout("us-east4-a", how="operation")
 
     controller.submit(_job("first"))
@@ -65,7 +51,7 @@ def test_stockout_falls_through_to_the_next_zone_in_one_step_and_is_avoided_for_
     assert len(report.launched) == 1 and report.plans == 2
     [vm] = provider.list_instances()
     assert vm.zone == "us-central1-a" and vm.instance_type == "a3-highgpu-8g"
-    unavailable = store.load_state().unavailable
+    unavailable = controller.store.load_state().unavailable
     assert unavailable[EAST] == clock.now() + settings.capacity_backoff
     assert CENTRAL not in unavailable
 

@@ -8,31 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from spotfleet.clock import FakeClock
-from spotfleet.controller.controller import Controller
 from spotfleet.model.spec import JobSpec
-from spotfleet.policies.simple import SimplePolicy
 from spotfleet.providers.gang_placement import TAG_PLACEMENT_GROUP
 from spotfleet.providers.gcp import GcpProvider
-from spotfleet.store import Store
 from tests.providers.gcp.gce_server import FakeCompute
-from tests.providers.gcp.gcp_support import CLUSTER
+from tests.providers.gcp.gcp_support import simple_controller
 
 
 def test_a_stockout_moves_the_whole_gang_to_another_zone_in_one_placement_policy(
     make_provider: Callable[..., GcpProvider], gce: FakeCompute, clock: FakeClock, tmp_path: Path
 ) -> None:
-    store = Store(f"sqlite:///{tmp_path / 'spotfleet.db'}")
-    store.migrate()
     provider = make_provider()
-    controller = Controller(
-        store=store,
-        providers={"gcp": provider},
-        policy=SimplePolicy(),
-        clock=clock,
-        cluster=CLUSTER,
-        data_dir=tmp_path,
-        controller_url=lambda: "https://controller.internal:8443",
-    )
+    controller = simple_controller(provider, clock, tmp_path)
     gce.stockout("us-east4-a", how="operation")  # the cheapest 8×H100 spot zone
     spec = {"name": "ddp", "command": ["torchrun", "train.py"], "priority": "opportunistic",
             "resources": {"gpus": 8, "gpu_types": ["H100"], "nodes": 2}}  # fmt: skip
