@@ -70,3 +70,21 @@ def test_subsets_mode_reports_mean_and_worst_per_policy(tmp_path: Path, capsys: 
 def test_subsets_larger_than_the_zones_is_an_error(tmp_path: Path) -> None:
     traces = write_traces(tmp_path / "traces")
     assert bench().main(["--traces", str(traces), "--subsets", "4", "--starts", "1"]) == 2
+
+
+def test_checkpoint_gb_and_the_ups_baseline_as_the_readme_runs_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's leave-zones-out command with ``--checkpoint-gb 50`` and ``ups``
+    (CI-sized): one JSON line per policy carrying the condition, none below the optimum."""
+    traces = write_traces(tmp_path / "traces")
+    code = bench().main(
+        ["--traces", str(traces), "--subsets", "2", "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+         "--checkpoint-gb", "50", "--policies", "greedy", "ups"]
+    )  # fmt: skip
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    by = {d["policy"]: d for d in lines}
+    assert set(by) == {"optimal", "greedy", "ups"}
+    assert all(d["checkpoint_gb"] == 50.0 for d in lines)
+    assert by["ups"]["mean_ratio"] >= 1.0 - 1e-9 and by["ups"]["deadline_misses"] == 0
