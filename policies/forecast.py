@@ -22,6 +22,15 @@ pooled over the zones of each trace:
   (per zone 0.05–1.77/h). Availability loss stands in for preemption there.
 - any other provider 0.310/h: ``aws-v100-2023-02`` availability trace, 1,278
   transitions over 4,118.3 available hours in 6 zones.
+
+Spot *supply* (``SpotSupply``): how long spot stays buyable and how long it
+stays gone, per pool and per instance type's market across zones, from what
+the controller observed (``Snapshot.availability``). The estimate adds one
+pseudo-run of the prior to the observed hours: ``PRIOR_UP_RUN_H`` up and
+``PRIOR_DOWN_RUN_H`` down, the medians of the mean up and down run lengths of
+the 18 zones of the reference traces (shared/data/traces: gcp-h100-2025-10,
+aws-v100-2023-02, aws-v100-preemption-2023-04; per zone 0.6–19.4 h up and
+0.3–4.5 h down). One run is a weak prior: a few hours of observation outweigh it.
 """
 
 from __future__ import annotations
@@ -32,7 +41,52 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import PoolExposure, RunRecord
+from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord, spot_market_key
+
+PRIOR_UP_RUN_H = 2.9
+"""Prior mean available run of a spot pool (hours; see the module docstring)."""
+PRIOR_DOWN_RUN_H = 1.15
+"""Prior mean unavailable run of a spot pool (hours)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpotSupply:
+    """Expected spot supply of a pool or market: the share of time it can be
+    bought, the mean length of its available and unavailable runs (hours), and
+    whether it is available now."""
+
+    availability: float
+    mean_up_h: float
+    mean_down_h: float
+    up_now: bool = True
+    remaining_up_h: float = PRIOR_UP_RUN_H  # expected rest of the current up run, given its age
+
+    @classmethod
+    def observed(cls, record: PoolAvailability | None) -> SpotSupply:
+        up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1, True
+        remaining = PRIOR_UP_RUN_H
+        if record is not None:
+            up += record.up_hours
+            down += record.down_hours
+            runs += record.ended_runs
+            now = record.up_now
+            remaining = remaining_life(record.recent_runs_h, record.up_for_h)
+        return cls(up / (up + down), up / runs, down / runs, now, remaining)
+
+
+def remaining_life(runs_h: Iterable[float], age_h: float) -> float:
+    """Expected remaining length of an up run that has lasted ``age_h``: the mean
+    excess ``L − age`` over the recorded runs longer than ``age_h``, with one
+    prior run whose excess is ``PRIOR_UP_RUN_H`` (exponential: memoryless).
+    Empirical, so bursty pools — many blips, some long runs — come out short
+    when just back up and long once a run has lasted (the mean residual life)."""
+    total, n = PRIOR_UP_RUN_H, 1
+    for length in runs_h:
+        if length > age_h:
+            total += length - age_h
+            n += 1
+    return total / n
+
 
 HAZARD_PRIOR_PER_HOUR: dict[str, float] = {"aws": 0.468, "gcp": 0.275}
 DEFAULT_HAZARD_PRIOR = 0.310
@@ -51,6 +105,7 @@ class Forecast:
     peak_memory_gib: dict[str, float] = field(default_factory=dict)  # family -> max observed
     throughput: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> GPU -> work/GPU-hour
     pool_hazard: dict[str, float] = field(default_factory=dict)  # offering key -> posterior /h
+    availability: dict[str, PoolAvailability] = field(default_factory=dict)  # pool or market key -> seen
     prior_strength_hours: float = PRIOR_STRENGTH_HOURS
 
     @classmethod
@@ -58,6 +113,7 @@ class Forecast:
         cls,
         runs: Iterable[RunRecord] = (),
         exposure: Iterable[PoolExposure] = (),
+        availability: Iterable[PoolAvailability] = (),
         *,
         prior_strength_hours: float = PRIOR_STRENGTH_HOURS,
     ) -> Forecast:
@@ -84,6 +140,7 @@ class Forecast:
             peak_memory_gib=peaks,
             throughput={f: {g: w / gh for g, (w, gh) in per.items() if gh > 0} for f, per in work.items()},
             pool_hazard=hazard,
+            availability={a.key: a for a in availability},
             prior_strength_hours=prior_strength_hours,
         )
 
@@ -95,6 +152,14 @@ class Forecast:
         if found is not None:
             return found
         return HAZARD_PRIOR_PER_HOUR.get(offering.provider, DEFAULT_HAZARD_PRIOR)
+
+    def market_supply(self, offering: Offering) -> SpotSupply:
+        """Spot supply of ``offering``'s instance type in any zone (what a job free
+        to use every zone of that type waits for)."""
+        return SpotSupply.observed(self.availability.get(spot_market_key(offering)))
+
+    def pool_supply(self, offering: Offering) -> SpotSupply:
+        return SpotSupply.observed(self.availability.get(offering.key))
 
     def duration_s(self, family: str) -> float | None:
         return self.durations_s.get(family)

@@ -34,6 +34,7 @@ from spotfleet.model.snapshot import Budget
 from spotfleet.model.spec import Priority
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.shape import MIG_SLICES_PER_GPU
+from spotfleet.policies.slack import SlackOutlook
 
 SPOT_ONLY = (Market.SPOT,)
 ON_DEMAND_ONLY = (Market.ON_DEMAND,)
@@ -57,6 +58,7 @@ def decide_market(
     spot_available: bool | None = None,
     spot_hazard_per_h: float = 0.0,
     spot_refused: str | None = None,
+    slack: SlackOutlook | None = None,
 ) -> MarketDecision:
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
@@ -68,7 +70,7 @@ def decide_market(
     if spec.deadline is not None:
         return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market,
                                spot_available=spot_available, spot_hazard_per_h=spot_hazard_per_h,
-                               spot_refused=spot_refused)  # fmt: skip
+                               spot_refused=spot_refused, slack=slack)  # fmt: skip
     return MarketDecision(EITHER, "no deadline: spot or on-demand by expected cost per unit of work")
 
 
@@ -222,6 +224,7 @@ def deadline_market(
     spot_available: bool | None = None,
     spot_hazard_per_h: float = 0.0,
     spot_refused: str | None = None,
+    slack: SlackOutlook | None = None,
 ) -> MarketDecision:
     """Slack-reserve deadline policy for a job that is not running (``DeadlineThresholds``).
 
@@ -244,6 +247,14 @@ def deadline_market(
        from which ``should_return_to_spot`` brings it back when spot returns.
        Short outages are waited out; long ones cost on-demand instead of the
        slack later outages need.
+
+    With a ``slack`` outlook (``policies/slack.py``: the learned market's
+    reclaims and outages against the slack), rules 4 and 5 give way to it:
+    on-demand now when the outage is expected to outlast a round trip
+    through on-demand (``2d``) and the slack is more likely than not to run
+    out waiting for spot (the hours are needed on-demand anyway; taken now,
+    spot stays usable later instead of a final on-demand stretch); otherwise
+    wait for spot.
 
     Safety: spot is entered only with ``start`` of slack, so after its restart
     the job holds ``reserve`` — enough for a reclaim (``lost``) plus an
@@ -272,6 +283,11 @@ def deadline_market(
         return MarketDecision(
             SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: on-demand would be final, wait for spot"
         )
+    if slack is not None and spot_available is False:
+        if slack.pressure >= 0.5 and slack.outage_h > 2 * t.restart:
+            return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot, outages last {slack.outage_h:.2f} h and the "
+                                  f"{slack.describe()}: on-demand until spot returns")  # fmt: skip
+        return MarketDecision(SPOT_ONLY, f"deadline: wait for spot, {slack.describe()}")
     remaining = max(0.0, expected_hours - progress_hours(job, expected_hours))
     plenty = t.wait + 2 * t.restart * spot_hazard_per_h * remaining
     if t.slack >= plenty:

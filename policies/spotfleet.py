@@ -30,6 +30,7 @@ already present.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ from spotfleet.model.offering import Market, Offering
 from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
-from spotfleet.policies.forecast import Forecast
+from spotfleet.policies.forecast import Forecast, SpotSupply
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
 from spotfleet.policies.market import (
     ON_DEMAND_ONLY,
@@ -62,6 +63,7 @@ from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_gene
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
+from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
 
 
 @dataclass(slots=True)
@@ -125,32 +127,50 @@ class SpotfleetPolicy:
                     migrations += why is not None
             elif market is Market.ON_DEMAND and index.classes(shape_of(job.spec, forecast), SPOT_ONLY):
                 econ = economics_of(job, forecast, self.knobs)
-                if self._spot_worth(index, shape_of(job.spec, forecast), econ, {}) is None:
+                shape = shape_of(job.spec, forecast)
+                slack = self._slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False)
+                if self._spot_worth(index, shape, econ, {}, slack) is None:
                     why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+                    if why is not None:
+                        why = self._return_pays(
+                            job, shape_of(job.spec, forecast), index, forecast, hours, why, now=snapshot.now
+                        )
             if why is not None:
                 out.extend(_move(job, snapshot, fleet, why))
                 result.notes[job.id] = why
         return out
 
     def _spot_worth(
-        self, index: OfferingIndex, shape: Shape, econ: Economics, cache: dict[tuple[Any, ...], str | None]
+        self,
+        index: OfferingIndex,
+        shape: Shape,
+        econ: Economics,
+        cache: dict[tuple[Any, ...], str | None],
+        slack: SlackOutlook | None = None,
     ) -> str | None:
         """Why spot is not worth taking for a deadline job of this shape now, or
         None (``market.spot_worth``): the spot offering class with the least
-        expected cost per unit of table work (its cheapest usable member, the
-        class's hazard — learned from ``snapshot.exposure``) against the best
-        on-demand class. Reads the cached offering classes only (no ranking):
-        ``plan_scale`` stays flat."""
+        expected cost per unit of table work (its cheapest usable member, its
+        ``pool_hazard``) against the best on-demand class. With a ``slack``
+        outlook each expected reclaim also spends slack (``reclaim_cost_h`` at
+        ``value_per_h``, ``policies/slack.py``), added to the spot price: when
+        the slack is short and the pools flap, spot's restarts cost more than
+        on-demand's premium. Reads the cached offering classes only (no
+        ranking): ``plan_scale`` stays flat."""
         lost = 0.0 if self.knobs.trust_notice_checkpoint else econ.lost_work_h
-        key = (shape, lost)
+        per_reclaim = slack.reclaim_cost_h * slack.value_per_h / max(shape.nodes, 1) if slack else 0.0
+        key = (shape, lost, round(per_reclaim, 4))
         if key in cache:
             return cache[key]
         d = self.knobs.restart_delay_h
         offer: SpotOffer | None = None
         best = float("inf")
         for c in index.classes(shape, SPOT_ONLY):
-            base = c.members[0].price_per_hour / (c.per * c.speed) if c.per and c.speed else float("inf")
-            candidate = SpotOffer(base, c.hazard * shape.nodes)
+            if not (c.per and c.speed):
+                continue
+            hazard = max(c.hazard, pool_hazard(index, c.members[0]))
+            price = (c.members[0].price_per_hour + hazard * per_reclaim) / (c.per * c.speed)
+            candidate = SpotOffer(price, hazard * shape.nodes)
             cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
             if cost < best:
                 best, offer = cost, candidate
@@ -162,6 +182,9 @@ class SpotfleetPolicy:
             )  # fmt: skip
             offer = SpotOffer(offer.spot_price, offer.hazard_per_h, od)
         why = cache[key] = spot_worth(offer, restart_h=d, lost_h=lost)
+        if why is not None and per_reclaim > 0:
+            why = f"{why} (reclaims priced with the slack they spend: {slack.describe() if slack else ''})"
+            cache[key] = why
         return why
 
     def _migration(
@@ -200,13 +223,19 @@ class SpotfleetPolicy:
         if current is None:
             return None  # the pool is gone from the offerings: the reclaim path handles it
         remaining = max(0.0, hours - progress_hours(job, hours))
+        slack = self._slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False,
+                                    hazard=pool_hazard(index, current) * shape.nodes)  # fmt: skip
+        egress = checkpoint_egress(job, current, best.offering, self.knobs)
         gain = migration_gain(
             current_price=current.price_per_hour * shape.nodes,
-            current_hazard=index.hazard_of(current),
+            current_hazard=pool_hazard(index, current) * shape.nodes,
             new_price=best.offering.price_per_hour * shape.nodes,
-            new_hazard=best.hazard,
+            new_hazard=pool_hazard(index, best.offering) * shape.nodes,
             remaining_h=remaining,
             restart_h=t.restart,
+            slack_value_per_h=slack.value_per_h if slack else 0.0,
+            reclaim_slack_h=slack.reclaim_cost_h if slack else t.restart,
+            egress_usd=egress,
         )
         if gain is None:
             return None
@@ -214,13 +243,70 @@ class SpotfleetPolicy:
         return (
             f"migrate: {best.offering.zone} spot ${best.offering.price_per_hour:.2f}/h vs "
             f"{inst.offering.zone} ${current.price_per_hour:.2f}/h saves ${saving:.2f} over the remaining "
-            f"{remaining:.1f} h (move costs ${cost:.2f})"
+            f"{remaining:.1f} h (move costs ${cost:.2f}: restart, slack at ${slack.value_per_h if slack else 0:.2f}/h, "
+            f"egress ${egress:.2f})"
         )
+
+    def _slack_outlook(
+        self,
+        job: Job,
+        shape: Shape,
+        index: OfferingIndex,
+        forecast: Forecast,
+        *,
+        now: Any,
+        idle_without_spot: bool,
+        hazard: float | None = None,
+    ) -> SlackOutlook | None:
+        """The job's slack outlook (``policies/slack.py``) on the spot market its
+        shape can use: the cheapest usable spot pool's hazard (or ``hazard``),
+        the best-supplied market of its instance types, and the on-demand
+        premium over spot for its nodes. None without a duration or a market."""
+        hours = _known_hours(job.spec, forecast)
+        view = _market_view(index, shape)
+        if hours is None or view is None or job.spec.deadline is None:
+            return None
+        t = deadline_thresholds(job, now=now, expected_hours=hours, knobs=self.knobs)
+        return outlook(
+            spendable_h=t.slack - t.start,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)),
+            hazard_per_h=view.hazard * shape.nodes if hazard is None else hazard,
+            supply=view.supply,
+            restart_h=t.restart,
+            premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
+            idle_without_spot=idle_without_spot,
+        )
+
+    def _return_pays(
+        self,
+        job: Job,
+        shape: Shape,
+        index: OfferingIndex,
+        forecast: Forecast,
+        hours: float | None,
+        why: str,
+        *,
+        now: Any,
+    ) -> str | None:
+        """``why`` (a move back to spot) when it pays for its restarts and the
+        slack they spend (``slack.return_to_spot_pays``), else None."""
+        slack = self._slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
+        view = _market_view(index, shape)
+        if slack is None or view is None or hours is None:
+            return why
+        gain, cost = return_to_spot_pays(
+            slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
+            spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
+        )  # fmt: skip
+        if gain <= cost:
+            return None
+        return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack)"
 
     # ------------------------------------------------------------------
     def plan(self, snapshot: Snapshot) -> PlanResult:
         knobs, now = self.knobs, snapshot.now
-        forecast = Forecast.from_history(snapshot.runs, snapshot.exposure)
+        forecast = Forecast.from_history(snapshot.runs, snapshot.exposure, snapshot.availability)
         index = OfferingIndex(
             snapshot.offerings, forecast=forecast, unavailable=snapshot.unavailable, now=now, knobs=knobs
         )
@@ -254,12 +340,15 @@ class SpotfleetPolicy:
                 econ = econs[ekey] = economics_of(job, forecast, knobs)
             spot_now: bool | None = None
             refused: str | None = None
+            slack: SlackOutlook | None = None
             if spec.deadline is not None:
                 classes = index.classes(shape, SPOT_ONLY)
-                if classes:
-                    refused = self._spot_worth(index, shape, econ, worth)
                 # spot counts as usable only where a pool outlives a restart (``outlives_restart``)
                 spot_now = any(outlives_restart(c.hazard, knobs.restart_delay_h) for c in classes)
+                if not virtual:
+                    slack = self._slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=not spot_now)
+                if classes:
+                    refused = self._spot_worth(index, shape, econ, worth, slack)
                 if spot_hazard is None:
                     spot_hazard = min((forecast.hazard(o) for o in snapshot.offerings if o.market is Market.SPOT),
                                       default=0.0)  # fmt: skip
@@ -272,6 +361,7 @@ class SpotfleetPolicy:
                 spot_available=spot_now,
                 spot_hazard_per_h=spot_hazard or 0.0,
                 spot_refused=refused,
+                slack=slack,
             )
             result.markets[job.id] = decision
             d = Demand(
@@ -335,20 +425,27 @@ def migration_gain(
     remaining_h: float,
     restart_h: float,
     hysteresis: float = 2.0,
+    slack_value_per_h: float = 0.0,
+    reclaim_slack_h: float | None = None,
+    egress_usd: float = 0.0,
 ) -> tuple[float, float] | None:
     """(expected saving, move cost) when moving pays, else None.
 
     Effective price per useful hour is ``price · (1 + hazard · restart)``
-    (each expected reclaim wastes a paid restart). The saving is the price
-    gap over the remaining work, bounded by the new pool's expected lifetime
-    ``1/hazard`` (after a reclaim the job is placed afresh anyway). The move
-    costs a restart paid at the new price (the old instance is given back
-    once the job has checkpointed); the saving must beat it
-    ``hysteresis`` times over, so a small or short-lived gap never makes a job
-    bounce between pools. A pool whose expected lifetime is shorter than a
-    restart is never worth moving to."""
-    eff_cur = current_price * (1.0 + current_hazard * restart_h)
-    eff_new = new_price * (1.0 + new_hazard * restart_h)
+    (each expected reclaim wastes a paid restart) plus ``hazard ·
+    reclaim_slack_h · slack_value_per_h``: each expected reclaim also spends
+    slack (``policies/slack.py``), so a flakier pool is dearer when the slack
+    is tight. The saving is the gap over the remaining work, bounded by the
+    new pool's expected lifetime ``1/hazard`` (after a reclaim the job is
+    placed afresh anyway). The move costs a restart paid at the new price
+    (the old instance is given back once the job has checkpointed), the
+    restart's slack at ``slack_value_per_h``, and moving the checkpoint
+    (``egress_usd``); the saving must beat it ``hysteresis`` times over, so a
+    small or short-lived gap never makes a job bounce between pools. A pool
+    whose expected lifetime is shorter than a restart is never worth moving to."""
+    per_reclaim = (restart_h if reclaim_slack_h is None else reclaim_slack_h) * slack_value_per_h
+    eff_cur = current_price * (1.0 + current_hazard * restart_h) + current_hazard * per_reclaim
+    eff_new = new_price * (1.0 + new_hazard * restart_h) + new_hazard * per_reclaim
     if eff_new >= eff_cur:
         return None
     if not outlives_restart(new_hazard, restart_h):
@@ -356,8 +453,73 @@ def migration_gain(
     lifetime = 1.0 / new_hazard if new_hazard > 0 else remaining_h
     horizon = min(remaining_h, lifetime)
     saving = (eff_cur - eff_new) * horizon
-    cost = restart_h * new_price
+    cost = restart_h * (new_price + slack_value_per_h) + egress_usd
     return (saving, cost) if saving > hysteresis * cost else None
+
+
+_VIEWS: weakref.WeakKeyDictionary[OfferingIndex, dict[Shape, MarketView | None]] = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True, slots=True)
+class MarketView:
+    """A shape's spot market as the slack outlook reads it: the cheapest usable
+    spot price (else the cheapest listed), the cheapest on-demand price, that
+    spot pool's hazard, and the best supply among its instance types."""
+
+    spot_price: float
+    on_demand_price: float
+    hazard: float
+    supply: SpotSupply
+
+
+def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
+    """The shape's ``MarketView`` (cached per index: one plan)."""
+    cache = _VIEWS.setdefault(index, {})
+    if shape in cache:
+        return cache[shape]
+    spot: list[Offering] = []
+    od: list[Offering] = []
+    for group in index.by_type.values():
+        if index.type_rejection(shape, group[0]) is not None or shape.per_instance(group[0]) <= 0:
+            continue
+        for o in group:
+            if not index.accepts(shape, o, (o.market,)):
+                continue
+            (spot if o.market is Market.SPOT else od).append(o)
+    view: MarketView | None = None
+    if spot and od:
+        usable = [o for o in spot if index.usable(o)]
+        cheapest = min(usable or spot, key=lambda o: o.price_per_hour)
+        supply = max((index.forecast.market_supply(o) for o in spot), key=lambda s: s.availability)
+        view = MarketView(
+            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply
+        )
+    cache[shape] = view
+    return view
+
+
+def pool_hazard(index: OfferingIndex, offering: Offering) -> float:
+    """A spot pool's reclaim rate for decisions about moving to or from it: the
+    larger of the learned hazard (reclaims of our instances, ``Forecast.hazard``:
+    slow to learn, ``PRIOR_STRENGTH_HOURS`` of prior) and one over the expected
+    rest of the pool's current available run, from the run lengths observed
+    every step and its age (``SpotSupply.remaining_up_h``: a run of
+    availability is how long a spot instance there lives). The pessimistic
+    one, because a move is paid before its benefit."""
+    supply = index.forecast.pool_supply(offering)
+    life = supply.remaining_up_h
+    return max(index.hazard_of(offering), 1.0 / life if life > 0 else 0.0)
+
+
+def checkpoint_egress(job: Job, current: Offering, new: Offering, knobs: Knobs) -> float:
+    """USD to move the job's checkpoint (``spec.checkpoint.size_gib``) from
+    ``current``'s region to ``new``'s: free within a region, the inter-region
+    rate within a cloud, internet egress between clouds."""
+    size = job.spec.checkpoint.size_gib
+    if size <= 0 or (current.provider, current.region) == (new.provider, new.region):
+        return 0.0
+    rate = knobs.egress_inter_region_per_gib if current.provider == new.provider else knobs.egress_internet_per_gib
+    return size * rate
 
 
 def _hold_budget(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from spotfleet.clock import Clock
 from spotfleet.controller import partitions
 from spotfleet.controller.agents import AgentGateway
+from spotfleet.controller.availability import AvailabilityLog
 from spotfleet.controller.executor import ExecutionResult, Executor
 from spotfleet.controller.logs import JobLogs
 from spotfleet.controller.plan import Plan, plan
@@ -28,8 +29,9 @@ from spotfleet.controller.sync import Observation
 from spotfleet.errors import Fenced, InvalidSpec, ProviderError
 from spotfleet.model.changes import EventRecord, FleetHold, PendingNotice
 from spotfleet.model.events import InstanceEvent, NoticeKind
+from spotfleet.model.instance import InstanceState
 from spotfleet.model.job import Job, JobState
-from spotfleet.model.offering import Offering, Offerings
+from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.model.partition import DEFAULT_PARTITIONS, PartitionPolicy
 from spotfleet.model.snapshot import Budget, PoolExposure, RunRecord, Snapshot, random_ids
 from spotfleet.model.spec import JobSpec
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from spotfleet.store.election import Elector
 
 log = logging.getLogger(__name__)
+
+_HOLDING = frozenset({InstanceState.PROVISIONING, InstanceState.RUNNING})
 
 
 @dataclass(slots=True)
@@ -89,6 +93,7 @@ class Controller:
         self._step_lock = threading.Lock()
         self._offerings: Offerings = Offerings()
         self._offerings_at: datetime | None = None
+        self.availability = AvailabilityLog()  # spot run lengths seen by this process (forecast input)
         self.wake: Callable[[], None] = lambda: None
         self.last_plan: Plan | None = None
         self.history_ttl = timedelta(minutes=5)
@@ -288,12 +293,18 @@ class Controller:
         state = self.store.load_state()
         runs, exposure = self._history(now)
         offerings = partitions.annotate(self.offerings(), state.instances, state.presence, self.partition_policy)
+        held = {
+            i.offering.key
+            for i in state.instances.values()
+            if i.market is Market.SPOT and i.state in _HOLDING and i.notice_kind is None
+        }
+        self.availability.observe(now, offerings, state.unavailable, held)
         retried = [j.id for j in state.jobs.values() if j.failures or j.interruptions]
         snapshot = Snapshot(
             now=now, jobs=state.jobs, instances=state.instances, offerings=offerings,
             reports=state.reports, presence=state.presence, unavailable=state.unavailable,
             budgets=self.budgets, new_id=self.new_id, runs=runs, exposure=exposure,
-            avoid=self.store.instances_to_avoid(retried),
+            avoid=self.store.instances_to_avoid(retried), availability=self.availability.records(now),
         )  # fmt: skip
         return snapshot, state.notices
 

@@ -84,6 +84,26 @@ class PoolExposure:
     interruptions: int
 
 
+@dataclass(frozen=True, slots=True)
+class PoolAvailability:
+    """Spot availability the controller observed in one pool, or one instance
+    type's market across zones (``controller/availability.py``): hours seen
+    available and unavailable, how many available runs ended, and the state now."""
+
+    key: str
+    up_hours: float
+    down_hours: float
+    ended_runs: int
+    up_now: bool = True
+    recent_runs_h: tuple[float, ...] = ()  # lengths of the last completed up runs
+    up_for_h: float = 0.0  # how long the current up run has lasted (0 when down)
+
+
+def spot_market_key(offering: Offering) -> str:
+    """The key of an instance type's spot market across all its zones (``PoolAvailability.key``)."""
+    return f"{offering.provider}:spot:{offering.instance_type}:*"
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything the planner may look at, read at one instant.
@@ -108,6 +128,7 @@ class Snapshot:
     # History for forecasts (policies/forecast.py); empty means "use the priors".
     runs: tuple[RunRecord, ...] = ()
     exposure: tuple[PoolExposure, ...] = ()
+    availability: tuple[PoolAvailability, ...] = ()
 
     def usable_offerings(self) -> Offerings:
         """Offerings not marked unavailable by a recent capacity error."""

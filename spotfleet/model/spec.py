@@ -112,6 +112,9 @@ class CheckpointSpec(StrictModel):
     interval: Duration | None = Field(None, description="ask for a checkpoint this often")
     signal: str = Field("SIGUSR1", description="signal sent to the job's process group to checkpoint")
     grace: Duration = Field(timedelta(seconds=10), description="margin before a reclaim to escalate to SIGTERM")
+    size_gib: float = Field(
+        0, ge=0, le=1e7, description="checkpoint size: resuming in another region or cloud moves it (egress)"
+    )
 
     @field_validator("signal")
     @classmethod

@@ -96,6 +96,7 @@ def run_single_job(
         deadline_hours=deadline_hours,
         start_tick=start_tick,
         checkpoint_interval=checkpoint_interval,
+        checkpoint_gb=checkpoint_gb,
     )
     sim_settings = SimSettings(
         restart_seconds=restart_hours * 3600,

@@ -115,9 +115,14 @@ def single_job(
     deadline_hours: float,
     start_tick: int,
     checkpoint_interval: timedelta | None = None,
+    checkpoint_gb: float = 0.0,
 ) -> WorkItem:
     """Scenario (a): one job of ``work_hours`` on one instance of the traces' type,
-    due ``deadline_hours`` after ``start_tick``."""
+    due ``deadline_hours`` after ``start_tick``; its spec declares the checkpoint
+    size the simulator charges egress for, so policies can price a move."""
+    checkpoint: dict[str, float] = {"size_gib": checkpoint_gb} if checkpoint_gb else {}
+    if checkpoint_interval:
+        checkpoint["interval"] = checkpoint_interval.total_seconds()
     types = traces.instance_types()
     if len(types) != 1:
         raise InvalidSpec("traces", f"scenario (a) needs traces of one instance type, got {types}")
@@ -130,7 +135,7 @@ def single_job(
             "resources": {"gpus": zone.gpus_per_instance, "gpu_types": [zone.gpu]},
             "deadline": (start + timedelta(hours=deadline_hours)).isoformat(),
             "expected_duration": work_hours * 3600,
-            "checkpoint": {"interval": checkpoint_interval.total_seconds()} if checkpoint_interval else {},
+            "checkpoint": checkpoint,
         }
     )
     return WorkItem(spec=spec, arrival=start, work_seconds=work_hours * 3600)

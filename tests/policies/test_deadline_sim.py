@@ -2,7 +2,7 @@
 
 One zone, half-hour ticks, spot at $1/h and on-demand at $3/h; a 6 h job due in
 8 h (2 h of slack) with a 0.2 h restart. The outage is long enough that the
-policy pays on-demand for it (ski rental) and short enough that spot comes back
+policy pays on-demand for it (longer than the slack) and short enough that spot comes back
 with the slack to return — the way back the earlier policy lacked.
 """
 
@@ -33,7 +33,9 @@ def test_a_deadline_job_comes_back_to_spot_after_an_on_demand_detour() -> None:
     first_od = markets.index(Market.ON_DEMAND)
     assert Market.SPOT in markets[first_od + 1 :]  # back to spot once it returned
     od_hours = sum((b.ended_at - b.launched_at).total_seconds() for b in bills if b.market is Market.ON_DEMAND) / 3600
-    assert od_hours < 2.5  # only the outage (less the wait) on on-demand, never the rest of the job
+    # only the outage on on-demand (2.5 h, plus its restart: slack 2 h cannot wait it out), never the
+    # rest of the job (5 h more)
+    assert od_hours < 2.5 + 0.2
 
 
 def test_planned_moves_do_not_loop_without_a_periodic_checkpoint() -> None:

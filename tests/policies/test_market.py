@@ -173,11 +173,11 @@ def test_running_deadline_job_moves_off_spot_while_a_planned_move_still_fits() -
     assert on_spot(timedelta(minutes=22) - S) == []  # under a restart: too late to move, stay and hope
 
 
-def _on_demand_job(left: timedelta) -> tuple[Job, Instance, Any]:
+def _on_demand_job(left: timedelta, *, fraction: float = 0.95) -> tuple[Job, Instance, Any]:
     od = instance("od", offering("g5.xlarge", "A10G", 1, 1.0))
     deadline = T0 + timedelta(hours=10)
     j = running("d", od, (0,), deadline=deadline.isoformat(), expected_duration="4h",
-                checkpoint={"interval": "30m"}, progress={"fraction": 0.95, "market": "on_demand"})  # fmt: skip
+                checkpoint={"interval": "30m"}, progress={"fraction": fraction, "market": "on_demand"})  # fmt: skip
     return j, od, deadline - left
 
 
@@ -185,17 +185,21 @@ def test_running_on_demand_deadline_job_returns_to_spot_when_the_slack_covers_it
     spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
     od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
 
-    def moves(left: timedelta, *, spot_usable: bool = True) -> list[Any]:
-        j, od, now = _on_demand_job(left)
+    def moves(left: timedelta, *, spot_usable: bool = True, fraction: float = 0.75) -> list[Any]:
+        j, od, now = _on_demand_job(left, fraction=fraction)
         unavailable = {} if spot_usable else {spot.key: now + timedelta(minutes=3)}
         snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=now, unavailable=unavailable)
         return _moves(SpotfleetPolicy(WORST).decide(snap))
 
-    # back = 70 min of slack: the move (10) + a reclaim's loss (30) + an on-demand restart (10) + 2 margins (20)
-    (back,) = moves(timedelta(minutes=82) + S)
+    # 1 h of work left; back = 70 min of slack: the move (10) + a reclaim's loss (30) + an on-demand
+    # restart (10) + 2 margins (20)
+    (back,) = moves(timedelta(minutes=130) + S)
     assert isinstance(back, Drain) and back.instance_id == "od" and "back to spot" in back.reason
-    assert moves(timedelta(minutes=82) - S) == []  # hysteresis: not enough to come back
+    assert "saves" in back.reason  # the move pays for its restarts and the slack they spend
+    assert moves(timedelta(minutes=130) - S) == []  # hysteresis: not enough to come back
     assert moves(timedelta(hours=5), spot_usable=False) == []  # no spot anywhere: stay
+    # 12 min of work left: a 10 min restart on spot cannot save what it costs (on-demand finishes it)
+    assert moves(timedelta(hours=5), fraction=0.95) == []
 
 
 def test_a_shared_on_demand_instance_is_not_drained_for_one_jobs_move() -> None:

@@ -1,0 +1,115 @@
+"""The price of a deadline job's slack: how likely it runs out, and what an hour of it is worth.
+
+A deadline job on spot spends *slack* (time left minus work left) on every
+restart and every wait for capacity; when the slack is gone, the rest of the
+work runs on on-demand. So an hour of slack spent now is worth, in
+expectation, the on-demand premium of the hour it may later force:
+
+    value per hour of slack  v = P(slack runs out) × (on-demand − spot price)
+
+``outlook`` estimates ``P(slack runs out)`` from the job's own numbers and the
+learned market, as a compound Poisson sum (no constants fitted to a trace):
+
+- the remaining work ``W`` on spot meets ``N ~ Poisson(λ·W)`` reclaims, ``λ``
+  the pool's hazard (``forecast.Forecast.hazard``);
+- each costs a restart ``d``, plus, with probability ``q`` (the market's
+  unavailable share: no zone left to go to), a wait for spot to return of
+  mean ``m`` (the market's mean down run), taken as exponential;
+- an idle job with no spot now first waits out the current outage (mean ``m``).
+
+Mean and variance of that sum give a normal approximation; the probability
+that it exceeds the slack the job may spend (its slack less the reserve that
+keeps on-demand able to finish, ``market.DeadlineThresholds.start``) is the
+pressure ``p``. Callers weigh actions by it:
+
+- idle without spot: on-demand now when an outage is expected to outlast a
+  round trip (``m > 2d``) and the slack is more likely than not to run out
+  waiting (``p ≥ ½``) — the hours are needed on-demand anyway, and taken now
+  they keep spot usable later instead of forcing a final on-demand stretch;
+- a move between pools or markets costs its restart in slack, ``d × v``.
+
+Design choice: a normal approximation of a compound Poisson is crude in the
+tails, but the decision it drives only compares ``p`` to ½ and prices
+restarts, where the mean and spread are what matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from spotfleet.policies.forecast import SpotSupply
+
+
+@dataclass(frozen=True, slots=True)
+class SlackOutlook:
+    """What the remaining slack of a deadline job is expected to face."""
+
+    spendable_h: float  # slack the job may spend before on-demand must finish it
+    need_mean_h: float  # expected slack a spot-only path still spends
+    need_sd_h: float
+    pressure: float  # P(need > spendable)
+    value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes
+    reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
+    outage_h: float  # mean wait for spot once the market has none (its mean down run)
+
+    def describe(self) -> str:
+        return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
+                f"expected on spot (P(runs out) {self.pressure:.2f}, ${self.value_per_h:.2f} per hour of slack)")  # fmt: skip
+
+
+def outlook(
+    *,
+    spendable_h: float,
+    work_left_h: float,
+    hazard_per_h: float,
+    supply: SpotSupply,
+    restart_h: float,
+    premium_per_h: float,
+    idle_without_spot: bool = False,
+) -> SlackOutlook:
+    """The slack outlook of a job with ``work_left_h`` to do on spot (see the module docstring).
+
+    ``premium_per_h``: on-demand minus spot price for the job's nodes (USD/h)."""
+    lam = max(0.0, hazard_per_h)
+    d = max(0.0, restart_h)
+    q = min(1.0, max(0.0, 1.0 - supply.availability))
+    m = max(0.0, supply.mean_down_h)
+    reclaims = lam * max(0.0, work_left_h)
+    cost1 = d + q * m  # mean slack per reclaim
+    cost2 = d * d + q * (2.0 * d * m + 2.0 * m * m)  # its second moment
+    mean = reclaims * cost1
+    var = reclaims * cost2
+    if idle_without_spot:
+        mean += d + m  # wait out this outage, then restart
+        var += m * m
+    sd = math.sqrt(var)
+    if sd > 1e-9:
+        pressure = 0.5 * math.erfc((spendable_h - mean) / (sd * math.sqrt(2.0)))
+    else:
+        pressure = 1.0 if mean > spendable_h else 0.0
+    if spendable_h <= 0:
+        pressure = 1.0
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m)
+
+
+def return_to_spot_pays(
+    outlook: SlackOutlook,
+    *,
+    premium_per_h: float,
+    spot_price: float,
+    hazard_per_h: float,
+    work_left_h: float,
+    restart_h: float,
+) -> tuple[float, float]:
+    """(gain, cost) of moving a job from on-demand back to spot now.
+
+    Gain: the on-demand premium saved while the spot run lasts (its expected
+    length ``1/λ``, at most the work left) less its restart. Cost: the restart
+    paid at the spot price, and in slack that restart plus the one the spot
+    run's reclaim will cost (``reclaim_cost_h``), each hour priced at
+    ``value_per_h``. The caller moves only when gain > cost."""
+    life = 1.0 / hazard_per_h if hazard_per_h > 0 else work_left_h
+    gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
+    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
+    return gain, cost

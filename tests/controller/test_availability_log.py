@@ -1,0 +1,47 @@
+"""AvailabilityLog: time-weighted spot availability per pool and per market, with run lengths."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from spotfleet.controller.availability import AvailabilityLog
+from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import spot_market_key
+from tests.policies.builders import T0, offering
+
+A = offering("g5.xlarge", "A10G", 1, 0.4, market=Market.SPOT, zone="use1-az1")
+B = offering("g5.xlarge", "A10G", 1, 0.4, market=Market.SPOT, zone="use1-az2")
+OD = offering("g5.xlarge", "A10G", 1, 1.0)
+
+
+def _at(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def _records(log: AvailabilityLog, hours: float) -> dict[str, object]:
+    return {r.key: r for r in log.records(_at(hours))}
+
+
+def test_time_goes_to_the_state_seen_at_its_start_and_runs_are_measured() -> None:
+    log = AvailabilityLog()
+    down_a = replace(A, available=False)
+    log.observe(_at(0), [A, B, OD], {})
+    log.observe(_at(2), [down_a, B, OD], {})  # A up 2 h, then gone
+    log.observe(_at(3), [A, replace(B, available=False), OD], {})  # A back after 1 h; B's 3 h run ends
+    got = _records(log, 3.5)
+    a, b, market = got[A.key], got[B.key], got[spot_market_key(A)]
+    assert (a.up_hours, a.down_hours, a.ended_runs, a.recent_runs_h) == (2.0, 1.0, 1, (2.0,))
+    assert a.up_now and a.up_for_h == 0.5  # up again since hour 3
+    assert (b.up_hours, b.ended_runs, b.recent_runs_h, b.up_now) == (3.0, 1, (3.0,), False)
+    assert (market.up_hours, market.down_hours, market.ended_runs) == (3.0, 0.0, 0)  # some zone always had spot
+    assert OD.key not in got  # on-demand is not a spot pool
+
+
+def test_a_capacity_error_counts_as_down_and_a_pool_we_hold_as_up() -> None:
+    log = AvailabilityLog()
+    log.observe(_at(0), [A], {})
+    log.observe(_at(1), [A], {A.key: _at(1.5)})  # InsufficientCapacity marked it until 1.5 h
+    log.observe(_at(2), [replace(A, available=False)], {}, held={A.key})  # our instance holds its only slot
+    a = _records(log, 2)[A.key]
+    assert (a.up_hours, a.down_hours, a.ended_runs) == (1.0, 1.0, 1) and a.up_now

@@ -1,0 +1,95 @@
+"""The slack outlook (policies/slack.py) and the learned spot supply it reads (forecast.SpotSupply)."""
+
+from __future__ import annotations
+
+import math
+
+from spotfleet.model.snapshot import PoolAvailability
+from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, PRIOR_UP_RUN_H, SpotSupply, remaining_life
+from spotfleet.policies.slack import outlook, return_to_spot_pays
+
+ALWAYS = SpotSupply(availability=1.0, mean_up_h=10.0, mean_down_h=0.0)
+
+
+def test_need_is_a_compound_poisson_of_restarts_and_waits() -> None:
+    # 40 h of work at 0.3 reclaims/h: 12 reclaims of a 0.2 h restart each, spot always somewhere
+    o = outlook(spendable_h=10.0, work_left_h=40.0, hazard_per_h=0.3, supply=ALWAYS, restart_h=0.2, premium_per_h=60.0)
+    assert math.isclose(o.need_mean_h, 12 * 0.2) and math.isclose(o.need_sd_h, math.sqrt(12 * 0.04))
+    assert o.pressure < 1e-6 and o.value_per_h < 1e-3  # 10 h of slack against 2.4 ± 0.7 h: plenty
+    # when half the time no zone has spot, each reclaim also waits (mean down run 1 h) half the time
+    flaky = SpotSupply(availability=0.5, mean_up_h=1.0, mean_down_h=1.0)
+    o2 = outlook(spendable_h=10.0, work_left_h=40.0, hazard_per_h=0.3, supply=flaky, restart_h=0.2, premium_per_h=60.0)
+    assert math.isclose(o2.reclaim_cost_h, 0.2 + 0.5 * 1.0) and math.isclose(o2.need_mean_h, 12 * 0.7)
+    assert 0.2 < o2.pressure < 0.5  # 8.4 ± 3 h against 10 h
+    assert math.isclose(o2.value_per_h, o2.pressure * 60.0)  # an hour of slack: P(runs out) × premium
+
+
+def test_pressure_grows_as_the_slack_shrinks() -> None:
+    def p(spendable: float) -> float:
+        return outlook(spendable_h=spendable, work_left_h=40.0, hazard_per_h=0.3, supply=ALWAYS, restart_h=0.2,
+                       premium_per_h=60.0).pressure  # fmt: skip
+
+    assert p(5.0) < p(2.4) < p(1.0) and math.isclose(p(2.4), 0.5)
+    assert p(-0.1) == 1.0  # nothing left to spend
+
+
+def test_an_idle_job_first_waits_out_the_current_outage() -> None:
+    supply = SpotSupply(availability=0.8, mean_up_h=4.0, mean_down_h=1.5)
+    busy = outlook(spendable_h=3.0, work_left_h=10.0, hazard_per_h=0.25, supply=supply, restart_h=0.2,
+                   premium_per_h=2.0)  # fmt: skip
+    idle = outlook(spendable_h=3.0, work_left_h=10.0, hazard_per_h=0.25, supply=supply, restart_h=0.2,
+                   premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
+    assert math.isclose(idle.need_mean_h - busy.need_mean_h, 0.2 + 1.5) and idle.outage_h == 1.5
+
+
+def test_returning_to_spot_must_pay_for_its_restarts_and_slack() -> None:
+    tight = outlook(spendable_h=0.5, work_left_h=20.0, hazard_per_h=0.5, supply=ALWAYS, restart_h=0.2,
+                    premium_per_h=2.0)  # fmt: skip
+    gain, cost = return_to_spot_pays(tight, premium_per_h=2.0, spot_price=1.0, hazard_per_h=0.5, work_left_h=20.0,
+                                     restart_h=0.2)  # fmt: skip
+    assert math.isclose(gain, 2.0 * (2.0 - 0.2))  # the premium over the spot run's expected 2 h, less a restart
+    assert math.isclose(cost, 0.2 * 1.0 + tight.value_per_h * (0.2 + tight.reclaim_cost_h))
+    short = return_to_spot_pays(tight, premium_per_h=2.0, spot_price=1.0, hazard_per_h=4.0, work_left_h=20.0,
+                                restart_h=0.2)  # fmt: skip
+    assert short[0] < short[1]  # 15 min runs: the restarts eat the saving
+
+
+def test_supply_is_the_prior_run_plus_what_was_seen() -> None:
+    prior = SpotSupply.observed(None)
+    assert math.isclose(prior.mean_up_h, PRIOR_UP_RUN_H) and math.isclose(prior.mean_down_h, PRIOR_DOWN_RUN_H)
+    seen = SpotSupply.observed(PoolAvailability("k", up_hours=97.1, down_hours=8.85, ended_runs=9, up_now=False))
+    assert math.isclose(seen.mean_up_h, 10.0) and math.isclose(seen.mean_down_h, 1.0) and not seen.up_now
+    assert math.isclose(seen.availability, 100 / 110)
+
+
+def test_remaining_life_reads_the_runs_longer_than_the_current_age() -> None:
+    bursty = [0.1] * 8 + [10.0] * 2  # blips and long runs
+    just_up = remaining_life(bursty, 0.0)
+    settled = remaining_life(bursty, 1.0)
+    assert just_up < 3.0 < settled  # a pool just back up is likely a blip; one up for an hour likely lasts
+    assert math.isclose(settled, (PRIOR_UP_RUN_H + 2 * 9.0) / 3)
+    assert math.isclose(remaining_life([], 5.0), PRIOR_UP_RUN_H)  # no history: the prior, memoryless
+
+
+def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outlook() -> None:
+    from datetime import timedelta
+
+    from spotfleet.policies.knobs import Knobs
+    from spotfleet.policies.market import ON_DEMAND_ONLY, SPOT_ONLY, decide_market
+
+    from .builders import T0, job
+
+    d = job("d", deadline=(T0 + timedelta(hours=30)).isoformat(), expected_duration="20h",
+            checkpoint={"interval": "30m"})  # fmt: skip
+    knobs = Knobs(restart_delay_h=0.2)
+
+    def decide(spendable: float, outage_h: float) -> object:
+        supply = SpotSupply(availability=0.7, mean_up_h=2.0, mean_down_h=outage_h)
+        slack = outlook(spendable_h=spendable, work_left_h=20.0, hazard_per_h=0.5, supply=supply, restart_h=0.2,
+                        premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
+        return decide_market(d, now=T0, expected_hours=20, knobs=knobs, spot_available=False, slack=slack)
+
+    behind = decide(1.0, outage_h=1.0)  # ~6 h of waits and restarts expected against 1 h: behind
+    assert behind.markets == ON_DEMAND_ONLY and "on-demand until spot returns" in behind.reason
+    assert decide(100.0, outage_h=1.0).markets == SPOT_ONLY  # slack to spare: wait for spot
+    assert decide(1.0, outage_h=0.3).markets == SPOT_ONLY  # outages shorter than a round trip (2 × 0.2 h)
