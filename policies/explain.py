@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spotfleet.errors import NotFound
-from spotfleet.model.job import JobState
+from spotfleet.model.job import Job, JobState
 from spotfleet.model.snapshot import Snapshot
+from spotfleet.policies.market import SPOT_ONLY
 from spotfleet.policies.selection import Scored, economics_of, rank
-from spotfleet.policies.shape import shape_of
-from spotfleet.policies.spotfleet import SpotfleetPolicy
+from spotfleet.policies.shape import Shape, shape_of
+from spotfleet.policies.spotfleet import PlanResult, SpotfleetPolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +156,8 @@ def explain_job(
     extra: dict[str, Any] = {}
     plan_status, plan_code = (outcome.status, outcome.code) if outcome else ("", "")
     plan_reason = outcome.reason if outcome else ""
+    if job.spec.deadline is not None and not job.terminal:
+        extra["deadline"] = _deadline_outlook(policy, job, shape, result)
     if job.failures or snapshot.avoid.get(job.id):
         retry_at = job.retry_not_before
         avoid = sorted(snapshot.avoid.get(job.id, ()))
@@ -178,6 +181,36 @@ def explain_job(
         policy_note="" if configured in (None, policy.name) else (
             f"the controller runs the {configured!r} policy; this ranking is what the spotfleet policy would do"),
     )  # fmt: skip
+
+
+def _deadline_outlook(policy: SpotfleetPolicy, job: Job, shape: Shape, result: PlanResult) -> dict[str, Any]:
+    """What the deadline rules read (``policies/slack.py``): the learned supply
+    of the job's spot market and its slack outlook."""
+    from spotfleet.policies.spotfleet import _market_view
+
+    index, forecast = result.index, result.forecast
+    if index is None or forecast is None:
+        return {}
+    view = _market_view(index, shape)
+    idle = job.state is JobState.PENDING and not index.classes(shape, SPOT_ONLY)
+    slack = policy.slack_outlook(job, shape, index, forecast, now=index.now, idle_without_spot=idle)
+    out: dict[str, Any] = {}
+    if view is not None:
+        s = view.supply
+        out["spot_market"] = {
+            "availability": round(s.availability, 3), "mean_up_h": round(s.mean_up_h, 2),
+            "mean_down_h": round(s.mean_down_h, 2), "available_now": s.up_now,
+            "cheapest_spot_per_h": view.spot_price, "on_demand_per_h": view.on_demand_price,
+            "reclaims_per_h": round(view.hazard, 3), "expected_rest_of_run_h": round(1 / view.hazard, 2)
+            if view.hazard > 0 else None,
+        }  # fmt: skip
+    if slack is not None:
+        out["slack"] = {
+            "spendable_h": round(slack.spendable_h, 2), "expected_need_h": round(slack.need_mean_h, 2),
+            "need_sd_h": round(slack.need_sd_h, 2), "p_runs_out": round(slack.pressure, 3),
+            "usd_per_hour_of_slack": round(slack.value_per_h, 2), "summary": slack.describe(),
+        }  # fmt: skip
+    return out
 
 
 _VARYING = (

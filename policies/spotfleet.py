@@ -128,7 +128,7 @@ class SpotfleetPolicy:
             elif market is Market.ON_DEMAND and index.classes(shape_of(job.spec, forecast), SPOT_ONLY):
                 econ = economics_of(job, forecast, self.knobs)
                 shape = shape_of(job.spec, forecast)
-                slack = self._slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False)
+                slack = self.slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False)
                 if self._spot_worth(index, shape, econ, {}, slack) is None:
                     why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
                     if why is not None:
@@ -223,7 +223,7 @@ class SpotfleetPolicy:
         if current is None:
             return None  # the pool is gone from the offerings: the reclaim path handles it
         remaining = max(0.0, hours - progress_hours(job, hours))
-        slack = self._slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False,
+        slack = self.slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False,
                                     hazard=pool_hazard(index, current) * shape.nodes)  # fmt: skip
         egress = checkpoint_egress(job, current, best.offering, self.knobs)
         gain = migration_gain(
@@ -247,7 +247,7 @@ class SpotfleetPolicy:
             f"egress ${egress:.2f})"
         )
 
-    def _slack_outlook(
+    def slack_outlook(
         self,
         job: Job,
         shape: Shape,
@@ -290,7 +290,7 @@ class SpotfleetPolicy:
     ) -> str | None:
         """``why`` (a move back to spot) when it pays for its restarts and the
         slack they spend (``slack.return_to_spot_pays``), else None."""
-        slack = self._slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
+        slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
@@ -346,7 +346,7 @@ class SpotfleetPolicy:
                 # spot counts as usable only where a pool outlives a restart (``outlives_restart``)
                 spot_now = any(outlives_restart(c.hazard, knobs.restart_delay_h) for c in classes)
                 if not virtual:
-                    slack = self._slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=not spot_now)
+                    slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=not spot_now)
                 if classes:
                     refused = self._spot_worth(index, shape, econ, worth, slack)
                 if spot_hazard is None:

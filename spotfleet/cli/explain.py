@@ -40,6 +40,13 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
         out.print(f"isolation: {line}")
     for line in extra.get("not_placed_on", []):
         out.print(f"not placed on {line}")
+    deadline = extra.get("deadline") or {}
+    if market := deadline.get("spot_market"):
+        out.print(f"spot market: available {market['availability']:.0%} of the time, runs of "
+                  f"{market['mean_up_h']:.1f} h up / {market['mean_down_h']:.1f} h down (learned), "
+                  f"{market['reclaims_per_h']:.2f} reclaims/h")  # fmt: skip
+    if slack := deadline.get("slack"):
+        out.print(f"deadline slack: {slack['summary']}")
     if data.get("placement"):
         t = Table(title="placement", show_edge=False)
         for col in ("node", "instance", "type", "zone", "market", "GPUs"):

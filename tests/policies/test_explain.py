@@ -90,3 +90,33 @@ def test_explain_says_when_the_controller_runs_another_policy(tmp_path: Path) ->
     out = h.controller.explain(job.id)
     assert out["policy"] == "spotfleet"
     assert "runs the 'simple' policy" in out["policy_note"]
+
+
+def test_a_deadline_job_shows_its_spot_market_and_slack_outlook() -> None:
+    from datetime import timedelta
+
+    from spotfleet.model.snapshot import PoolAvailability, spot_market_key
+
+    from .builders import T0
+
+    spot = offering("g5.xlarge", "A10G", 1, 0.4, market=Market.SPOT, on_demand=1.2)
+    od = offering("g5.xlarge", "A10G", 1, 1.2)
+    d = job("d", deadline=(T0 + timedelta(hours=12)).isoformat(), expected_duration="10h", resources={"gpus": 1})
+    seen = PoolAvailability(spot_market_key(spot), up_hours=17.1, down_hours=3.85, ended_runs=4, up_now=True)
+    snap = snapshot(jobs=[d], offerings=[spot, od])
+    snap.availability = (seen,)
+    out = explain_job(snap, "d").to_dict()["extra"]["deadline"]
+    market = out["spot_market"]
+    assert market["availability"] == 0.8 and market["mean_up_h"] == 4.0 and market["mean_down_h"] == 1.0
+    assert market["cheapest_spot_per_h"] == 0.4 and market["on_demand_per_h"] == 1.2
+    slack = out["slack"]
+    assert slack["spendable_h"] < 2.0 and 0 < slack["p_runs_out"] <= 1 and "P(runs out)" in slack["summary"]
+
+
+def test_cli_explain_prints_a_deadline_jobs_market_and_slack(tmp_path: Path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: due\ncommand: python t.py\nresources: {gpus: 1, gpu_types: [A10G]}\n"
+                    "deadline: '2099-01-01T00:00:00Z'\nexpected_duration: 10h\n")  # fmt: skip
+    result = CliRunner().invoke(app, ["explain", "--spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    assert "spot market: available" in result.output and "deadline slack:" in result.output
