@@ -270,7 +270,7 @@ class SpotfleetPolicy:
         return outlook(
             spendable_h=t.slack - t.start,
             work_left_h=max(0.0, hours - progress_hours(job, hours)),
-            hazard_per_h=view.hazard * shape.nodes if hazard is None else hazard,
+            hazard_per_h=view.long_run_hazard * shape.nodes if hazard is None else hazard,
             supply=view.supply,
             restart_h=t.restart,
             premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
@@ -301,6 +301,10 @@ class SpotfleetPolicy:
         )  # fmt: skip
         if gain <= cost:
             return None
+        if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
+            pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
+            if pace is not None and pace < 0:
+                return None  # the slack will run out: stay until ahead of an even spending of it
         return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack)"
 
     # ------------------------------------------------------------------
@@ -464,12 +468,14 @@ _VIEWS: weakref.WeakKeyDictionary[OfferingIndex, dict[Shape, MarketView | None]]
 class MarketView:
     """A shape's spot market as the slack outlook reads it: the cheapest usable
     spot price (else the cheapest listed), the cheapest on-demand price, that
-    spot pool's hazard, and the best supply among its instance types."""
+    spot pool's hazard now and on average, and the best supply among its
+    instance types."""
 
     spot_price: float
     on_demand_price: float
-    hazard: float
+    hazard: float  # of the pool's current run, given its age (``pool_hazard``): for a move now
     supply: SpotSupply
+    long_run_hazard: float = 0.0  # the pool's average reclaim rate: for the slack outlook over the work left
 
 
 def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
@@ -491,11 +497,36 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         usable = [o for o in spot if index.usable(o)]
         cheapest = min(usable or spot, key=lambda o: o.price_per_hour)
         supply = max((index.forecast.market_supply(o) for o in spot), key=lambda s: s.availability)
+        mean_up = index.forecast.pool_supply(cheapest).mean_up_h
+        long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
-            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply
+            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
         )
     cache[shape] = view
     return view
+
+
+def slack_pace(job: Job, *, now: Any, expected_hours: float, ahead_h: float = 0.0) -> float | None:
+    """Slack the job holds above an even spending of its slack over its window
+    (hours; negative: behind), ``ahead_h`` from now.
+
+    With ``D`` the window (submission to deadline) and ``S₀ = D − work`` its
+    slack at submission, an even spending leaves ``S₀ · (time left)/D`` — Can't
+    Be Late's uniform-progress line written in slack. Used only when the slack
+    is expected to run out (``SlackOutlook.pressure ≥ ½``): a job that came to
+    on-demand then stays until it is ahead of that line, so it does not spend
+    on flapping spot now the slack that later, longer runs need; with slack to
+    spare the line plays no part (pacing a job that will not run short only
+    buys on-demand it does not need)."""
+    deadline = job.spec.deadline
+    if deadline is None:
+        return None
+    window = (deadline - job.created_at).total_seconds() / 3600.0
+    left = (deadline - now).total_seconds() / 3600.0
+    if window <= 0:
+        return None
+    slack = left - max(0.0, expected_hours - progress_hours(job, expected_hours))
+    return slack - (window - expected_hours) * max(0.0, left - ahead_h) / window
 
 
 def pool_hazard(index: OfferingIndex, offering: Offering) -> float:

@@ -93,3 +93,20 @@ def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outloo
     assert behind.markets == ON_DEMAND_ONLY and "on-demand until spot returns" in behind.reason
     assert decide(100.0, outage_h=1.0).markets == SPOT_ONLY  # slack to spare: wait for spot
     assert decide(1.0, outage_h=0.3).markets == SPOT_ONLY  # outages shorter than a round trip (2 × 0.2 h)
+
+
+def test_slack_pace_is_uniform_progress_written_in_slack() -> None:
+    from datetime import timedelta
+
+    from spotfleet.policies.spotfleet import slack_pace
+
+    from .builders import T0, job
+
+    # 40 h window for 30 h of work: 10 h of slack at submission, spent evenly: 5 h left at half-time
+    d = job("d", deadline=(T0 + timedelta(hours=40)).isoformat(), expected_duration="30h",
+            progress={"fraction": 0.5})  # fmt: skip
+    half = T0 + timedelta(hours=20)  # 15 h done in 20 h: slack 5 h, exactly on the line
+    assert abs(slack_pace(d, now=half, expected_hours=30.0) or 0.0) < 1e-9
+    assert (slack_pace(d, now=half + timedelta(hours=1), expected_hours=30.0) or 0.0) < 0  # idle an hour: behind
+    # "ahead by 2 restarts": the line 0.4 h later is 0.1 h lower
+    assert abs((slack_pace(d, now=half, expected_hours=30.0, ahead_h=0.4) or 0.0) - 0.1) < 1e-9
