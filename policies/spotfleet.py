@@ -33,6 +33,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from spotfleet.model.instance import InstanceState
@@ -254,7 +255,7 @@ class SpotfleetPolicy:
         index: OfferingIndex,
         forecast: Forecast,
         *,
-        now: Any,
+        now: datetime,
         idle_without_spot: bool,
         hazard: float | None = None,
     ) -> SlackOutlook | None:
@@ -286,7 +287,7 @@ class SpotfleetPolicy:
         hours: float | None,
         why: str,
         *,
-        now: Any,
+        now: datetime,
     ) -> str | None:
         """``why`` (a move back to spot) when it pays for its restarts and the
         slack they spend (``slack.return_to_spot_pays``), else None."""
@@ -506,7 +507,7 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
     return view
 
 
-def slack_pace(job: Job, *, now: Any, expected_hours: float, ahead_h: float = 0.0) -> float | None:
+def slack_pace(job: Job, *, now: datetime, expected_hours: float, ahead_h: float = 0.0) -> float | None:
     """Slack the job holds above an even spending of its slack over its window
     (hours; negative: behind), ``ahead_h`` from now.
 
