@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from spotfleet.errors import NotFound
@@ -157,7 +158,7 @@ def explain_job(
     plan_status, plan_code = (outcome.status, outcome.code) if outcome else ("", "")
     plan_reason = outcome.reason if outcome else ""
     if job.spec.deadline is not None and not job.terminal:
-        extra["deadline"] = _deadline_outlook(policy, job, shape, result)
+        extra["deadline"] = _deadline_outlook(policy, job, shape, result, now=snapshot.now)
     if job.failures or snapshot.avoid.get(job.id):
         retry_at = job.retry_not_before
         avoid = sorted(snapshot.avoid.get(job.id, ()))
@@ -183,7 +184,9 @@ def explain_job(
     )  # fmt: skip
 
 
-def _deadline_outlook(policy: SpotfleetPolicy, job: Job, shape: Shape, result: PlanResult) -> dict[str, Any]:
+def _deadline_outlook(
+    policy: SpotfleetPolicy, job: Job, shape: Shape, result: PlanResult, *, now: datetime
+) -> dict[str, Any]:
     """What the deadline rules read (``policies/slack.py``): the learned supply
     of the job's spot market and its slack outlook."""
     from spotfleet.policies.spotfleet import _market_view
@@ -193,7 +196,7 @@ def _deadline_outlook(policy: SpotfleetPolicy, job: Job, shape: Shape, result: P
         return {}
     view = _market_view(index, shape)
     idle = job.state is JobState.PENDING and not index.classes(shape, SPOT_ONLY)
-    slack = policy.slack_outlook(job, shape, index, forecast, now=index.now, idle_without_spot=idle)
+    slack = policy.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=idle)
     out: dict[str, Any] = {}
     if view is not None:
         s = view.supply
