@@ -1,11 +1,12 @@
 """Baseline policies the simulator measures spotfleet against.
 
 Each is a ``Policy`` (``decide(snapshot) -> commands``) so the simulator runs it
-through the same ``plan()`` and executor as spotfleet's own policy. All three
+through the same ``plan()`` and executor as spotfleet's own policy. All of them
 share one shape (``TargetPolicy``): per job, pick a *target* — spot in a zone,
 on-demand in a zone, or nothing (wait) — then reconcile: launch and bind a
 pending job onto fresh capacity for its target, drain an instance whose job
-should move to another market, and give back every empty instance at once.
+should move to another market (for ``ucm``, also another zone), and give back
+every empty instance at once.
 
 - ``on-demand``: never spot; the cheapest on-demand offering, from submission
   (every job, opportunistic ones included: it is the no-spot reference).
@@ -34,14 +35,35 @@ should move to another market, and give back every empty instance at once.
   Written from the published artifact's description of the policy
   (``multi_region_rc_cr_threshold``), no code copied.
 
+- ``ucm`` (SkyNomad, NSDI'27, its Unified Cost Model): each tick, price a unit of
+  progress ``V`` and take the option with the best net value per hour, if it
+  beats what the job does now. ``V`` is 1.2 × the cost per hour of a reference
+  plan for the remaining work: an on-demand share (from where the recent
+  progress rate, extended, meets the last line that makes the deadline with
+  ``2d`` to spare) at the cheapest on-demand price, the rest from spot pools in
+  order of ``p·L/(L−d)``, each supplying availability × time left × ``(L−d)/L``,
+  the shortfall on on-demand. ``L`` is a pool's expected remaining lifetime:
+  the mean residual life of the availability runs seen there, at the current
+  run's age, capped at 2 h and at the time left. Options: wait (0); spot in a
+  pool with spot now, ``(V·(L−d) − p·L)/L`` (no ``d`` where the job already
+  is); on-demand, ``V − p``. A running job is drained to move to a better pool
+  or market, never to wait. Simplified against the artifact
+  (``unified_cost_model_risk``): availability comes from the snapshot every
+  tick instead of hourly paid probes; an empirical mean residual life replaces
+  its Nelson-Aalen/jitter/burst lifetime models; no migration penalty (egress,
+  transfer time) and no VOI gating. Written from reading the artifact, no code
+  copied; docs/simulator.md has the cross-check against its simulator.
+
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
 end of the window that starts at ``created_at``. A job without a deadline is
 spot-only for greedy and uniform-progress; ``critical`` jobs are on-demand and
 ``opportunistic`` ones spot-only under every baseline.
 
-Design choice: baselines keep no state except uniform-progress's pinned region
-(a dict keyed by job id), so the decision is explainable from the snapshot.
+Design choice: baselines keep little state — uniform-progress's pinned region, UP(S)'s
+last region (dicts keyed by job id) and UCM's per-pool availability runs and per-job
+progress history (what it has observed) — so a decision is explainable from the
+snapshot plus that history.
 """
 
 from __future__ import annotations
