@@ -6,7 +6,9 @@ restart delay), so the decisions are the ones the real controller executes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from spotfleet.sim.engine import SimResult
 from spotfleet.sim.scenario import POLICY_NAMES, make_policy, run_single_job
 from spotfleet.sim.traces import TraceSet, build_trace_set
 from tests.sim.helpers import trace_file
+from tests.sim.test_policy_cost_subsets import bench, write_traces
 
 
 def _set(east: Sequence[int], west: Sequence[int], *, east_spot: float = 1.0, west_spot: float = 1.0) -> TraceSet:
@@ -104,3 +107,20 @@ def test_ucm_with_no_spot_anywhere_values_progress_at_on_demand_and_buys_it_at_o
     assert ucm.cost == pytest.approx(6.0, abs=0.05)
     greedy = _run(traces, "greedy", work=2, deadline=5)  # greedy waits out its slack first
     assert min(b.launched_at for b in ucm.bills) < min(b.launched_at for b in greedy.bills)
+
+
+def test_the_cross_check_command_runs_ucm_and_ups_in_the_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/simulator.md's ``bench/policy_cost.py --policies ucm ups greedy`` (CI-sized):
+    a JSON line each, none below the optimum, no deadline missed."""
+    traces = write_traces(tmp_path / "traces")
+    code = bench().main(
+        ["--traces", str(traces), "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+         "--policies", "ucm", "ups", "greedy", "--processes", "1"]
+    )  # fmt: skip
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    by = {d["policy"]: d for d in lines}
+    assert set(by) == {"optimal", "ucm", "ups", "greedy"}
+    assert by["ucm"]["ratio_to_optimal"] >= 1.0 - 1e-9 and by["ucm"]["deadline_misses"] == 0
