@@ -1,11 +1,12 @@
 """Baseline policies the simulator measures spotfleet against.
 
 Each is a ``Policy`` (``decide(snapshot) -> commands``) so the simulator runs it
-through the same ``plan()`` and executor as spotfleet's own policy. All three
+through the same ``plan()`` and executor as spotfleet's own policy. All of them
 share one shape (``TargetPolicy``): per job, pick a *target* — spot in a zone,
 on-demand in a zone, or nothing (wait) — then reconcile: launch and bind a
 pending job onto fresh capacity for its target, drain an instance whose job
-should move to another market, and give back every empty instance at once.
+should move to another market (for ``ucm``, also another zone), and give back
+every empty instance at once.
 
 - ``on-demand``: never spot; the cheapest on-demand offering, from submission
   (every job, opportunistic ones included: it is the no-spot reference).
@@ -34,18 +35,41 @@ should move to another market, and give back every empty instance at once.
   Written from the published artifact's description of the policy
   (``multi_region_rc_cr_threshold``), no code copied.
 
+- ``ucm`` (SkyNomad, NSDI'27, its Unified Cost Model): each tick, price a unit of
+  progress ``V`` and take the option with the best net value per hour, if it
+  beats what the job does now. ``V`` is 1.2 × the cost per hour of a reference
+  plan for the remaining work: an on-demand share (from where the recent
+  progress rate, extended, meets the last line that makes the deadline with
+  ``2d`` to spare) at the cheapest on-demand price, the rest from spot pools in
+  order of ``p·L/(L−d)``, each supplying availability × time left × ``(L−d)/L``,
+  the shortfall on on-demand. ``L`` is a pool's expected remaining lifetime:
+  the mean residual life of the availability runs seen there, at the current
+  run's age, capped at 2 h and at the time left. Options: wait (0); spot in a
+  pool with spot now, ``(V·(L−d) − p·L)/L`` (no ``d`` where the job already
+  is); on-demand, ``V − p``. A running job is drained to move to a better pool
+  or market, never to wait. Simplified against the artifact
+  (``unified_cost_model_risk``): availability comes from the snapshot every
+  tick instead of hourly paid probes; an empirical mean residual life replaces
+  its Nelson-Aalen/jitter/burst lifetime models; no migration penalty (egress,
+  transfer time) and no VOI gating. Written from reading the artifact, no code
+  copied; docs/simulator.md has the cross-check against its simulator.
+
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
 end of the window that starts at ``created_at``. A job without a deadline is
 spot-only for greedy and uniform-progress; ``critical`` jobs are on-demand and
 ``opportunistic`` ones spot-only under every baseline.
 
-Design choice: baselines keep no state except uniform-progress's pinned region
-(a dict keyed by job id), so the decision is explainable from the snapshot.
+Design choice: baselines keep little state — uniform-progress's pinned region, UP(S)'s
+last region (dicts keyed by job id) and UCM's per-pool availability runs and per-job
+progress history (what it has observed) — so a decision is explainable from the
+snapshot plus that history.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -119,7 +143,7 @@ class TargetPolicy:
             if job.state in (JobState.BOUND, JobState.RUNNING) and current is not None:
                 if (
                     target is not None
-                    and target.market is not current.market
+                    and self.moves_away(target, current)
                     and current.state in (I.PROVISIONING, I.RUNNING)
                 ):
                     for inst_id in sorted({b.instance_id for b in job.bindings}):
@@ -131,6 +155,10 @@ class TargetPolicy:
             if inst.id not in busy and inst.state in (I.PROVISIONING, I.RUNNING):
                 commands.append(Terminate(inst.id, reason=f"{self.name}: no job on it"))
         return commands
+
+    def moves_away(self, target: Target, current: Instance) -> bool:
+        """Should a running job leave ``current`` for ``target``? (a market change)"""
+        return target.market is not current.market
 
     def _constrained(self, job: Job, target: Target | None) -> Target | None:
         """Market rules every baseline honours (priority classes)."""
@@ -344,9 +372,212 @@ class MultiRegionUniformProgressPolicy(UniformProgressPolicy):
         return regions[0] if regions else None
 
 
+@dataclass
+class _ZoneHistory:
+    """What UCM has seen of one spot pool: its availability runs, tick by tick."""
+
+    runs: list[tuple[datetime, datetime]] = field(default_factory=list)  # finished runs (reclaims)
+    up_since: datetime | None = None  # start of the run in progress
+    first_seen: datetime | None = None
+
+
+@dataclass
+class UnifiedCostModelPolicy(TargetPolicy):
+    """SkyNomad's Unified Cost Model (UCM), simplified (see the module docstring)."""
+
+    name: str = "ucm"
+    moves_running_jobs: bool = True
+    value_markup: float = 1.2  # V = 1.2 × the reference cost per hour of progress
+    max_lifetime_hours: float = 2.0  # cap on a predicted spot lifetime
+    availability_window_hours: float = 12.0
+    progress_window_hours: float = 10.0
+    zones: dict[tuple[str, str], _ZoneHistory] = field(default_factory=dict)  # (instance type, zone)
+    progress: dict[str, deque[tuple[datetime, float]]] = field(default_factory=dict)  # job id -> (t, done h)
+    _seen_at: datetime | None = None
+
+    # ------------------------------------------------------------ observation
+
+    def observe(self, snapshot: Snapshot) -> None:
+        """Record every spot pool's availability once per tick (the policy's only history)."""
+        now = snapshot.now
+        if self._seen_at == now:
+            return
+        self._seen_at = now
+        up: dict[tuple[str, str], bool] = {}
+        usable = {o.key for o in snapshot.usable_offerings().market(Market.SPOT)}
+        for o in snapshot.offerings.market(Market.SPOT):
+            key = (o.instance_type, o.zone)
+            up[key] = up.get(key, False) or o.key in usable
+        for key, available in up.items():
+            hist = self.zones.setdefault(key, _ZoneHistory(first_seen=now))
+            if available and hist.up_since is None:
+                hist.up_since = now
+            elif not available and hist.up_since is not None:
+                hist.runs.append((hist.up_since, now))
+                hist.up_since = None
+
+    def expected_lifetime(self, offering: Offering, now: datetime, hours_left_: float) -> float:
+        """Expected remaining spot lifetime (h): the mean residual life of this pool's
+        past runs at the current run's age, capped at 2 h and at the time left."""
+        hist = self.zones.get((offering.instance_type, offering.zone))
+        life = self.max_lifetime_hours
+        if hist is not None and hist.runs:
+            age = (now - hist.up_since).total_seconds() / 3600.0 if hist.up_since is not None else 0.0
+            longer = [(e - s).total_seconds() / 3600.0 - age for s, e in hist.runs]
+            longer = [x for x in longer if x > 0]
+            # No past run outlived this one: expect one more tick, as a hazard tail would.
+            life = sum(longer) / len(longer) if longer else self.decision_interval_hours
+        return max(0.0, min(life, self.max_lifetime_hours, hours_left_))
+
+    def availability(self, offering: Offering, now: datetime) -> float:
+        """Fraction of the last 12 h (or of what was seen) this pool had spot."""
+        hist = self.zones.get((offering.instance_type, offering.zone))
+        if hist is None or hist.first_seen is None:
+            return 0.0
+        start = max(hist.first_seen, now - timedelta(hours=self.availability_window_hours))
+        window = (now - start).total_seconds()
+        if window <= 0:
+            return 1.0 if hist.up_since is not None else 0.0
+        runs = [*hist.runs, *([(hist.up_since, now)] if hist.up_since is not None else [])]
+        up = sum(max(0.0, (min(e, now) - max(s, start)).total_seconds()) for s, e in runs)
+        return min(1.0, up / window)
+
+    # ------------------------------------------------------------ the value of progress
+
+    def od_weight(self, job: Job, now: datetime) -> float:
+        """Share of the remaining work the reference plan puts on on-demand: where the
+        recent progress rate, extended, crosses the last line that still makes the
+        deadline with 2 restarts to spare (0: far from it, 1: already past it)."""
+        work, left = work_hours(job) or 0.0, hours_left(job, now)
+        assert job.spec.deadline is not None and left is not None
+        window = (job.spec.deadline - job.created_at).total_seconds() / 3600.0
+        t = (now - job.created_at).total_seconds() / 3600.0
+        done = done_hours(job)
+        if t <= 0:
+            return 0.0
+        if abs(done - t) < 1e-9:
+            return 0.5
+        rate = self.recent_rate(job, now)
+        if abs(rate - 1.0) < 1e-9:
+            return 0.0
+        cross = (rate * t - done + (work + 2 * self.restart_hours - window)) / (rate - 1.0)
+        if cross >= window:
+            return 0.0
+        if cross <= 0:
+            return 1.0
+        return max(0.0, min(1.0, (window - cross) / max(left, 1e-9)))
+
+    def recent_rate(self, job: Job, now: datetime) -> float:
+        """Progress per hour over the last 10 h (since submission when younger)."""
+        seen = self.progress.setdefault(job.id, deque())
+        done = done_hours(job)
+        if not seen or seen[-1][0] != now:
+            seen.append((now, done))
+        horizon = now - timedelta(hours=self.progress_window_hours)
+        while len(seen) > 1 and seen[1][0] <= horizon:
+            seen.popleft()
+        start_t, start_done = (job.created_at, 0.0) if seen[0][0] > horizon else seen[0]
+        start_t = max(start_t, job.created_at)
+        span = (now - start_t).total_seconds() / 3600.0
+        return max(0.0, min(1.0, (done - start_done) / span)) if span > 0 else 0.0
+
+    def progress_value(self, job: Job, snapshot: Snapshot) -> float:
+        """V ($ per hour of progress): 1.2 × the reference cost of finishing, where the
+        reference plan puts the on-demand share at the cheapest on-demand price and
+        fills the rest with spot pools in order of restart-adjusted price, each
+        contributing availability × time left × its useful share of a lifetime."""
+        now = snapshot.now
+        work, left = work_hours(job) or 0.0, hours_left(job, now)
+        assert left is not None
+        remaining = max(work - done_hours(job), 0.0)
+        if left <= 0:
+            return math.inf
+        if remaining <= 0:
+            return 0.0
+        req = job.spec.node_requirements()
+        od = snapshot.offerings.market(Market.ON_DEMAND).compatible(req)
+        c_od = min((o.price_per_hour for o in od), default=math.inf)
+        d = self.restart_hours
+        pools = []
+        for o in snapshot.offerings.market(Market.SPOT).compatible(req):
+            life = self.expected_lifetime(o, now, left)
+            if life <= d:
+                continue
+            useful = (life - d) / life
+            supply = self.availability(o, now) * left * useful
+            if supply > 0:
+                pools.append((o.price_per_hour / useful, supply))
+        on_demand = self.od_weight(job, now) * remaining
+        cost = on_demand * c_od
+        to_fill = remaining - on_demand
+        for price, supply in sorted(pools):
+            take = min(supply, to_fill)
+            if take <= 0:
+                break
+            cost += take * price
+            to_fill -= take
+        cost += max(to_fill, 0.0) * c_od
+        return self.value_markup * cost / remaining
+
+    def spot_value(self, V: float, offering: Offering, now: datetime, left: float, *, staying: bool) -> float:
+        """Net value per hour of spot in a pool: V × useful hours − price × hours, over
+        its expected lifetime (a job already on it pays no restart)."""
+        life = self.expected_lifetime(offering, now, left)
+        useful = life if staying else life - self.restart_hours
+        if life <= 0 or useful <= 0:
+            return -math.inf
+        return (V * useful - offering.price_per_hour * life) / life
+
+    # ------------------------------------------------------------ the decision
+
+    def moves_away(self, target: Target, current: Instance) -> bool:
+        return target.market is not current.market or (target.zone is not None and target.zone != current.offering.zone)
+
+    def decide(self, snapshot: Snapshot) -> list[Command]:
+        self.observe(snapshot)
+        return super().decide(snapshot)
+
+    def target(self, job: Job, snapshot: Snapshot, *, current: Instance | None) -> Target | None:
+        now = snapshot.now
+        left = hours_left(job, now)
+        if left is None or work_hours(job) is None:  # no deadline: cheapest spot, wait otherwise
+            if current is not None:
+                return Target(current.market, zone=current.offering.zone, reason="no deadline: keep running")
+            return Target(Market.SPOT, reason="no deadline: spot only") if self.spot_available(job, snapshot) else None
+        V = self.progress_value(job, snapshot)
+        req = job.spec.node_requirements()
+        here = current.offering if current is not None else None
+        if here is None:
+            now_value = 0.0
+        elif here.market is Market.SPOT:
+            now_value = self.spot_value(V, here, now, left, staying=True)
+        else:
+            now_value = V - here.price_per_hour
+        options: list[tuple[float, str, Target]] = [(0.0, "", Target(Market.SPOT, reason="wait"))]
+        usable = snapshot.usable_offerings().compatible(req)
+        for o in usable.market(Market.SPOT).available():
+            staying = here is not None and here.market is Market.SPOT and here.zone == o.zone
+            value = self.spot_value(V, o, now, left, staying=staying)
+            if value >= 0 and not staying:
+                reason = f"ucm: spot in {o.zone} worth {value:.2f} $/h (V={V:.2f})"
+                options.append((value, o.zone, Target(Market.SPOT, zone=o.zone, reason=reason)))
+        for o in usable.market(Market.ON_DEMAND):
+            value = V - o.price_per_hour
+            if value >= 0 and not (here is not None and here.market is Market.ON_DEMAND and here.zone == o.zone):
+                reason = f"ucm: on-demand in {o.zone} worth {value:.2f} $/h (V={V:.2f})"
+                options.append((value, o.zone, Target(Market.ON_DEMAND, zone=o.zone, reason=reason)))
+        best_value, _, best = max(options, key=lambda x: (x[0], x[2].market is Market.SPOT, x[1]))
+        if here is not None and (best_value <= now_value or best.reason == "wait"):
+            return Target(here.market, zone=here.zone, reason=f"ucm: keep ({now_value:.2f} $/h)")
+        if best.reason == "wait" or best_value <= now_value:
+            return None
+        return best
+
+
 BASELINES = {
     "on-demand": OnDemandPolicy,
     "greedy": GreedyPolicy,
     "uniform-progress": UniformProgressPolicy,
     "ups": MultiRegionUniformProgressPolicy,
+    "ucm": UnifiedCostModelPolicy,
 }

@@ -19,7 +19,7 @@ from spotfleet.sim.optimal import OptimalResult, optimal_single_job
 from spotfleet.sim.traces import TraceSet
 from spotfleet.sim.workload import single_job
 
-POLICY_NAMES = ("on-demand", "greedy", "uniform-progress", "ups", "spotfleet", "optimal")
+POLICY_NAMES = ("on-demand", "greedy", "uniform-progress", "ups", "ucm", "spotfleet", "optimal")
 
 
 def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.1) -> Policy:

@@ -6,7 +6,9 @@ restart delay), so the decisions are the ones the real controller executes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from spotfleet.sim.engine import SimResult
 from spotfleet.sim.scenario import POLICY_NAMES, make_policy, run_single_job
 from spotfleet.sim.traces import TraceSet, build_trace_set
 from tests.sim.helpers import trace_file
+from tests.sim.test_policy_cost_subsets import bench, write_traces
 
 
 def _set(east: Sequence[int], west: Sequence[int], *, east_spot: float = 1.0, west_spot: float = 1.0) -> TraceSet:
@@ -65,3 +68,59 @@ def test_behind_the_line_without_spot_it_buys_on_demand_where_it_last_ran() -> N
     assert markets[0] == ("us-west-2a", Market.SPOT)
     assert ("us-west-2a", Market.ON_DEMAND) in markets
     assert ("us-east-1a", Market.ON_DEMAND) not in markets
+
+
+# ---------------------------------------------------------------- ucm (SkyNomad's Unified Cost Model)
+
+
+def test_ucm_registered_for_the_bench() -> None:
+    assert "ucm" in POLICY_NAMES
+    assert make_policy("ucm").name == "ucm"
+
+
+def test_ucm_takes_the_cheaper_spot_not_the_first_region() -> None:
+    # Both regions have spot all along; west's is half the price. UCM scores each
+    # pool's net value per hour, so west; UP(S) takes the first region in order.
+    traces = _set([1] * 12, [1] * 12, east_spot=2.0, west_spot=1.0)
+    ucm = _run(traces, "ucm", work=2, deadline=5)
+    assert {(b.zone, b.market) for b in ucm.bills} == {("us-west-2a", Market.SPOT)}
+    assert ucm.cost == pytest.approx(2.0, abs=0.02)
+
+
+def test_ucm_moves_a_running_job_to_a_cheaper_spot_that_appears() -> None:
+    # East spot at $1 from the start; west spot at $0.3 from the second hour on.
+    traces = _set([1] * 12, [0, 0] + [1] * 10, east_spot=1.0, west_spot=0.3)
+    ucm = _run(traces, "ucm", work=3, deadline=5)
+    order = [(b.zone, b.market) for b in sorted(ucm.bills, key=lambda b: b.launched_at)]
+    assert order == [("us-east-1a", Market.SPOT), ("us-west-2a", Market.SPOT)]
+    ups = _run(traces, "ups", work=3, deadline=5)
+    assert {b.zone for b in ups.bills} == {"us-east-1a"}  # UP(S) stays until preempted
+    assert ucm.cost < ups.cost
+
+
+def test_ucm_with_no_spot_anywhere_values_progress_at_on_demand_and_buys_it_at_once() -> None:
+    # No spot seen anywhere: the reference plan is all on-demand, so V = 1.2 × $3
+    # and on-demand's net value (V − $3) beats waiting, even with slack left.
+    traces = _set([0] * 12, [0] * 12)
+    ucm = _run(traces, "ucm", work=2, deadline=5)
+    assert {b.market for b in ucm.bills} == {Market.ON_DEMAND}
+    assert ucm.cost == pytest.approx(6.0, abs=0.05)
+    greedy = _run(traces, "greedy", work=2, deadline=5)  # greedy waits out its slack first
+    assert min(b.launched_at for b in ucm.bills) < min(b.launched_at for b in greedy.bills)
+
+
+def test_the_cross_check_command_runs_ucm_and_ups_in_the_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/simulator.md's ``bench/policy_cost.py --policies ucm ups greedy`` (CI-sized):
+    a JSON line each, none below the optimum, no deadline missed."""
+    traces = write_traces(tmp_path / "traces")
+    code = bench().main(
+        ["--traces", str(traces), "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+         "--policies", "ucm", "ups", "greedy", "--processes", "1"]
+    )  # fmt: skip
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    by = {d["policy"]: d for d in lines}
+    assert set(by) == {"optimal", "ucm", "ups", "greedy"}
+    assert by["ucm"]["ratio_to_optimal"] >= 1.0 - 1e-9 and by["ucm"]["deadline_misses"] == 0
