@@ -43,13 +43,14 @@ class OfferingRow:
     fill: int
     cost_per_work: float
     interconnect: str = "tcp"
+    scaling: float = 1.0  # the gang's multi-node scaling efficiency on that fabric (1.0: one node)
 
     @classmethod
     def of(cls, s: Scored) -> OfferingRow:
         o = s.offering
         return cls(o.key, o.provider, o.region, o.zone, o.instance_type, o.gpu, o.gpu_count, o.market.value,
                    o.price_per_hour, s.throughput, s.hazard, s.overhead, s.egress_per_hour, s.fill,
-                   s.cost_per_work, o.interconnect)  # fmt: skip
+                   s.cost_per_work, o.interconnect, s.scaling)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 For one node-shape of a job on offering ``o``::
 
     cost_per_work = (price(o) · (1 + overhead(o)) / fill(o) + egress_per_hour(o))
-                    / (throughput(o.gpu) · gpu_units)
+                    / (throughput(o.gpu) · scaling(o) · gpu_units)
 
     overhead(o)   = hazard(o) · nodes · (lost_work_h + restart_delay_h)
 
@@ -21,6 +21,10 @@ For one node-shape of a job on offering ``o``::
   to a different region/cloud, spread over its expected duration.
 - ``throughput`` is ``spec.throughput`` scaled by the table, the family's
   learned figure, or the table (``throughput.py``).
+- ``scaling`` is the gang's multi-node scaling efficiency on the offering's
+  inter-node fabric (``throughput.scaling_efficiency``: 1.0 for one node;
+  per doubling of the gang 0.975 on EFA, 0.95 on GPUDirect-TCPX, 0.75 on plain
+  TCP), so a gang on plain TCP costs more per unit of work than on EFA.
 
 Hard constraints (GPU count/type/memory, NVLink, MIG, allowed regions and
 providers, max price, market allowed by the market policy, pool not marked
@@ -95,6 +99,7 @@ class Scored:
     overhead: float
     egress_per_hour: float
     fill: int
+    scaling: float = 1.0  # multi-node scaling efficiency on the offering's fabric
 
 
 @dataclass(slots=True)
@@ -116,7 +121,8 @@ class OfferingClass:
     members: tuple[Offering, ...]  # cheapest first
     hazard: float
     per: int  # nodes of the shape per instance
-    speed: float  # table work per GPU-hour
+    speed: float  # table work per GPU-hour × scaling
+    scaling: float = 1.0  # the shape's multi-node scaling efficiency on this type's fabric
 
 
 class RankTable(Sequence[Scored]):
@@ -173,7 +179,7 @@ class RankTable(Sequence[Scored]):
             heap = []
             adds: list[float] = []
             for ci, c in enumerate(classes):
-                speed = (speed_of(c.members[0].gpu) if speed_of else c.speed) * units
+                speed = (speed_of(c.members[0].gpu) * c.scaling if speed_of else c.speed) * units
                 add = 0.0
                 if dataset:
                     add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
@@ -197,7 +203,7 @@ class RankTable(Sequence[Scored]):
             ci, mi = item[2], item[3] + 1
             c = classes[ci]
             if mi < len(c.members):
-                speed = (self._speed_of(c.members[0].gpu) if self._speed_of else c.speed) * self._units
+                speed = (self._speed_of(c.members[0].gpu) * c.scaling if self._speed_of else c.speed) * self._units
                 fill = c.per if c.per < self._group else self._group
                 add = self._add[ci] if self._add is not None else 0.0
                 price = c.members[mi].price_per_hour
@@ -344,14 +350,15 @@ class OfferingIndex:
             per = shape.per_instance(group[0])
             if per <= 0:
                 continue
-            speed = tp.table_throughput(group[0].gpu)
+            scaling = tp.scaling_efficiency(group[0].interconnect, shape.nodes)
+            speed = tp.table_throughput(group[0].gpu) * scaling
             split: dict[tuple[Market, float, str], list[Offering]] = {}
             for o in group:
                 if o.market in markets and id(o) in usable and _location_ok(shape.req, o):
                     split.setdefault((o.market, self.hazard[id(o)], o.region if by_region else ""), []).append(o)
             for (_, hazard, _), members in split.items():
                 members.sort(key=lambda o: o.price_per_hour)
-                out.append(OfferingClass(tuple(members), hazard, per, speed))
+                out.append(OfferingClass(tuple(members), hazard, per, speed, scaling))
         self._classes[key] = out
         return out
 
@@ -409,13 +416,14 @@ def score(
     per_instance = shape.per_instance(offering)
     fill = min(per_instance, max(group, 1))
     speed = econ.throughput(offering.gpu)
+    scaling = tp.scaling_efficiency(offering.interconnect, shape.nodes)
     units = shape.gpu_units if shape.gpu_units > 0 else 1.0
     overhead = hazard * shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
     egress_h = egress_cost(econ, offering, index=index, knobs=knobs or Knobs()) / econ.expected_hours
     if fill <= 0:
-        return Scored(offering, float("inf"), speed, hazard, overhead, egress_h, 0)
-    cost = (offering.price_per_hour * (1.0 + overhead) / fill + egress_h) / (speed * units)
-    return Scored(offering, cost, speed, hazard, overhead, egress_h, fill)
+        return Scored(offering, float("inf"), speed, hazard, overhead, egress_h, 0, scaling)
+    cost = (offering.price_per_hour * (1.0 + overhead) / fill + egress_h) / (speed * scaling * units)
+    return Scored(offering, cost, speed, hazard, overhead, egress_h, fill, scaling)
 
 
 def rank(

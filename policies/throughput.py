@@ -108,3 +108,37 @@ def scaled_throughput(gpu: str, learned: dict[str, float]) -> float:
         return table_throughput(gpu)
     ratios = [value / table_throughput(name) for name, value in learned.items()]
     return table_throughput(gpu) * (sum(ratios) / len(ratios))
+
+
+# Multi-node scaling by inter-node fabric (docs/policies.md, "Interconnect").
+#
+# Design choice: a gang of ``n`` nodes does ``n · e(fabric)^log2(n)`` nodes'
+# worth of work: every doubling of the gang keeps a fraction ``e`` of the
+# per-node throughput (the all-reduce crosses one more level of the network).
+# One node (NVLink/NVSwitch inside the box, already in the per-GPU table) is 1.0.
+# ``efa`` is fitted to a published measurement (p4d, 400 Gbps EFA: 4 nodes
+# 3.9×, 16 nodes 14.4× one node → 0.987 and 0.974 per doubling); ``gpudirect-tcpx``
+# and ``tcp`` are ESTIMATES from published bandwidth ratios (TCPX/TCPXO vs
+# plain-TCP NCCL bus bandwidth), see docs/policies.md.
+SCALING_PER_DOUBLING: dict[str, float] = {
+    "efa": 0.975,
+    "gpudirect-tcpx": 0.95,
+    "tcp": 0.75,
+}
+UNKNOWN_FABRIC_SCALING = SCALING_PER_DOUBLING["tcp"]
+
+_scaling_cache: dict[tuple[str, int], float] = {}
+
+
+def scaling_efficiency(interconnect: str, nodes: int) -> float:
+    """Fraction of linear speed-up a gang of ``nodes`` keeps on ``interconnect``."""
+    key = (interconnect, nodes)
+    found = _scaling_cache.get(key)
+    if found is None:
+        if nodes <= 1:
+            found = 1.0
+        else:
+            per = SCALING_PER_DOUBLING.get(interconnect, UNKNOWN_FABRIC_SCALING)
+            found = per ** math.log2(nodes)
+        _scaling_cache[key] = found
+    return found

@@ -60,13 +60,13 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
     if data.get("top"):
         t = Table(title=f"best offerings ({data['compatible']} compatible), $ per {data['work_unit']}", show_edge=False)
         for col, justify in (("#", "right"), ("provider", "left"), ("type", "left"), ("zone", "left"),
-                             ("market", "left"), ("fabric", "left"), ("$/h", "right"), ("speed/GPU", "right"), ("hazard/h", "right"),
+                             ("market", "left"), ("fabric", "left"), ("$/h", "right"), ("speed/GPU", "right"), ("scaling", "right"), ("hazard/h", "right"),
                              ("overhead", "right"), ("egress $/h", "right"), ("per box", "right"),
                              ("$/unit", "right")):  # fmt: skip
             t.add_column(col, justify=justify)  # type: ignore[arg-type]
         for i, r in enumerate(data["top"], 1):
             t.add_row(str(i), r["provider"], f"{r['instance_type']} ({r['gpus']}×{r['gpu']})", r["zone"], r["market"],
-                      r.get("interconnect", "tcp"), f"{r['price_per_hour']:.3f}", f"{r['throughput']:.2f}", f"{r['hazard']:.3f}",
+                      r.get("interconnect", "tcp"), f"{r['price_per_hour']:.3f}", f"{r['throughput']:.2f}", f"{r.get('scaling', 1.0):.3f}", f"{r['hazard']:.3f}",
                       f"{r['overhead']:.1%}", f"{r['egress_per_hour']:.2f}", str(r["fill"]),
                       f"{r['cost_per_work']:.4f}")  # fmt: skip
         out.print(t)

@@ -128,8 +128,10 @@ def test_a_ddp_gang_checkpoints_together_on_one_members_reclaim_and_ends_as_if_n
         assert m, pattern
         return datetime.fromtimestamp(float(m.group(1)), UTC)
 
-    rebound = min(a["bound_at"] for a in attempts if a["attempt"] == 2)
-    rebound = rebound if rebound.tzinfo else rebound.replace(tzinfo=UTC)
+    def utc(when: datetime) -> datetime:
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+    rebound = utc(min(a["bound_at"] for a in attempts if a["attempt"] == 2))
     timeline = [
         ("notice injected on node 1 (reclaimed)", noticed),
         *[(f"notice delivered to node {r}", at(notices[r])) for r in (0, 1)],
@@ -139,6 +141,11 @@ def test_a_ddp_gang_checkpoints_together_on_one_members_reclaim_and_ends_as_if_n
         ],
         ("gang rebound (attempt 2)", rebound),
         *[(f"rank {r} resumed at step {common}", stamp("starting at step", second[r])) for r in (0, 1)],
+        *[
+            (f"node {a['node_rank']} finished (step {STEPS})", utc(a["ended_at"]))
+            for a in attempts
+            if a["attempt"] == 2
+        ],
     ]
     print(f"\nDDP gang timeline (job {job.id}; reclaimed {reclaimed}, kept {other}):")
     for what, when in timeline:
