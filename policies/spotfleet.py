@@ -366,7 +366,9 @@ class SpotfleetPolicy:
                 spot_available=spot_now,
                 spot_hazard_per_h=spot_hazard or 0.0,
                 spot_refused=refused,
-                slack=slack,
+                # the outlook's outage rule is for the market being down, not for our own fleet
+                # holding every slot of it (then the job waits for room like any other)
+                slack=slack if spot_now or _market_down(index, shape) else None,
             )
             result.markets[job.id] = decision
             d = Demand(
@@ -505,6 +507,13 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         )
     cache[shape] = view
     return view
+
+
+def _market_down(index: OfferingIndex, shape: Shape) -> bool:
+    """Is the shape's spot market down — no zone of its instance types can be
+    bought and none is held by our own instances (``AvailabilityLog``)?"""
+    view = _market_view(index, shape)
+    return view is not None and not view.supply.up_now
 
 
 def slack_pace(job: Job, *, now: datetime, expected_hours: float, ahead_h: float = 0.0) -> float | None:
