@@ -110,3 +110,32 @@ def test_slack_pace_is_uniform_progress_written_in_slack() -> None:
     assert (slack_pace(d, now=half + timedelta(hours=1), expected_hours=30.0) or 0.0) < 0  # idle an hour: behind
     # "ahead by 2 restarts": the line 0.4 h later is 0.1 h lower
     assert abs((slack_pace(d, now=half, expected_hours=30.0, ahead_h=0.4) or 0.0) - 0.1) < 1e-9
+
+
+def test_the_outage_rule_waits_for_the_market_not_for_our_own_fleet() -> None:
+    """No spot slot for a deadline job because our own instances hold them is not an outage:
+    the job waits for room like any other; only a market that is down sends it to on-demand."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from spotfleet.model.offering import Market
+    from spotfleet.model.snapshot import PoolAvailability, spot_market_key
+    from spotfleet.policies.market import ON_DEMAND_ONLY, SPOT_ONLY
+    from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+    from .builders import T0, job, offering, snapshot
+
+    spot = replace(offering("g5.xlarge", "A10G", 1, 0.4, market=Market.SPOT, on_demand=1.2), available=False)
+    od = offering("g5.xlarge", "A10G", 1, 1.2)
+    # 20 h of work due in 21.5 h, in a flapping market (1 h up / 1 h down): the slack will run out waiting
+    d = job("d", deadline=(T0 + timedelta(hours=21.5)).isoformat(), expected_duration="20h",
+            resources={"gpus": 1}, checkpoint={"interval": "30m"})  # fmt: skip
+
+    def market(up_now: bool) -> tuple[str, ...]:
+        seen = PoolAvailability(spot_market_key(spot), up_hours=10.0, down_hours=10.0, ended_runs=10, up_now=up_now)
+        snap = snapshot(jobs=[d], offerings=[spot, od])
+        snap.availability = (seen,)
+        return SpotfleetPolicy().plan(snap).markets["d"].markets
+
+    assert market(up_now=False) == ON_DEMAND_ONLY  # the market is down: on-demand until spot returns
+    assert market(up_now=True) == SPOT_ONLY  # its slots are ours (held): wait for room
