@@ -133,9 +133,7 @@ class SpotfleetPolicy:
                 if self._spot_worth(index, shape, econ, {}, slack) is None:
                     why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
                     if why is not None:
-                        why = self._return_pays(
-                            job, shape_of(job.spec, forecast), index, forecast, hours, why, now=snapshot.now
-                        )
+                        why = self._return_pays(job, shape, index, forecast, hours, why, now=snapshot.now)
             if why is not None:
                 out.extend(_move(job, snapshot, fleet, why))
                 result.notes[job.id] = why
@@ -183,8 +181,8 @@ class SpotfleetPolicy:
             )  # fmt: skip
             offer = SpotOffer(offer.spot_price, offer.hazard_per_h, od)
         why = cache[key] = spot_worth(offer, restart_h=d, lost_h=lost)
-        if why is not None and per_reclaim > 0:
-            why = f"{why} (reclaims priced with the slack they spend: {slack.describe() if slack else ''})"
+        if why is not None and slack is not None and per_reclaim > 0:
+            why = f"{why} (reclaims priced with the slack they spend: {slack.describe()})"
             cache[key] = why
         return why
 
