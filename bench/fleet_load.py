@@ -59,6 +59,18 @@ def step_histogram(url: str) -> tuple[float, float]:
     return total, count
 
 
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU seconds of the controller and its API workers (user + system)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def xact_commit(engine: Any, name: str) -> int:
     with engine.connect() as conn:
         conn.execute(text("SELECT pg_stat_clear_snapshot()"))
@@ -168,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agents", type=int, default=2000)
     p.add_argument("--every", type=float, default=2.0, help="heartbeat period, seconds")
     p.add_argument("--seconds", type=float, default=30.0, help="length of the heartbeat phase")
+    p.add_argument(
+        "--api-workers", type=int, default=0, help="spotfleet up --api-workers N (0: API in the step process)"
+    )
     p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres", help="admin URL")
     args = p.parse_args(argv)
 
@@ -177,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     db_url = f"{args.pg.rsplit('/', 1)[0]}/{name}"
     out: dict[str, Any] = {"jobs": args.jobs, "agents": args.agents, "every_s": args.every, "seconds": args.seconds,
+                           "api_workers": args.api_workers,
                            "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 1)}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="fleet-load-") as tmp:
         from tests.e2e.test_local_e2e import free_port
@@ -186,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = Path(tmp) / "c.yaml"
         cfg.write_text(f"database: {db_url}\nreconcile: {{interval: 5s, idle_ttl: 10h, agent_timeout: 10m}}\n")
         proc = subprocess.Popen([sys.executable, "-m", "spotfleet.cli", "up", "--port", str(port), "--config",
-                                 str(cfg)], env={**os.environ, "SPOTFLEET_DATA_DIR": tmp},
+                                 str(cfg), "--api-workers", str(args.api_workers)], env={**os.environ, "SPOTFLEET_DATA_DIR": tmp},
                                 stdout=open(Path(tmp) / "up.log", "w"), stderr=subprocess.STDOUT)  # fmt: skip
         try:
             deadline = time.monotonic() + 60
@@ -215,9 +231,9 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.every)  # let the step settle on the full backlog
             s0, n0 = step_histogram(url)
             x0 = xact_commit(admin, name)
-            cpu0, w0 = ctl.cpu_times(), time.monotonic()
+            cpu0, w0 = tree_cpu(ctl), time.monotonic()
             latencies, errors = asyncio.run(agents_phase(url, tokens, every=args.every, seconds=args.seconds))
-            cpu1, w1 = ctl.cpu_times(), time.monotonic()
+            cpu1, w1 = tree_cpu(ctl), time.monotonic()
             x1 = xact_commit(admin, name)
             s1, n1 = step_histogram(url)
             beats = len(latencies)
@@ -229,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 "heartbeat_p99_ms": round(pct(latencies, 99) * 1000, 1),
                 "steps": int(n1 - n0), "step_mean_s": round((s1 - s0) / (n1 - n0), 3) if n1 > n0 else None,
                 "transactions_per_heartbeat": round((x1 - x0) / beats, 2) if beats else None,
-                "controller_cpu_cores": round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (w1 - w0), 2),
+                "controller_cpu_cores": round((cpu1 - cpu0) / (w1 - w0), 2),
             })  # fmt: skip
             with httpx.Client(base_url=url, timeout=60) as c:
                 times = []
@@ -238,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
                     c.get("/v1/jobs", params={"limit": 1000}).raise_for_status()
                     times.append(time.monotonic() - t0)
             out["list_1000_ms_median"] = round(statistics.median(times) * 1000, 1)
-            out["controller_rss_mb"] = round(ctl.memory_info().rss / 2**20, 1)
+            out["controller_rss_mb"] = round(ctl.memory_info().rss / 2**20, 1)  # the step process
+            workers = [c for c in ctl.children() if c.cmdline() and "spawn_main" in " ".join(c.cmdline())]
+            if workers:
+                out["api_worker_rss_mb_max"] = round(max(w.memory_info().rss for w in workers) / 2**20, 1)
+                out["all_processes_rss_mb"] = round(sum(p.memory_info().rss for p in [ctl, *workers]) / 2**20, 1)
         finally:
             proc.send_signal(2)
             try:

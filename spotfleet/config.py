@@ -36,6 +36,10 @@ class ApiConfig(Section):
     token: str | None = Field(None, description="bearer token users must send; required off loopback")
     advertise_url: str | None = Field(None, description="URL node agents use to reach the controller")
     max_body_bytes: int = Field(1024 * 1024, ge=1024, le=1024**3, description="largest request body accepted (413)")
+    workers: int = Field(
+        0, ge=0, le=64,
+        description="API worker processes in front of the step process (PostgreSQL only); 0: one process serves both",
+    )  # fmt: skip
 
     @field_validator("token")
     @classmethod

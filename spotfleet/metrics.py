@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from spotfleet.clock import Clock
@@ -147,17 +147,47 @@ def _gpus(info: Any) -> list[dict[str, Any]]:
     return [g for g in gpus if isinstance(g, dict)] if isinstance(gpus, list) else []
 
 
-class FleetMetrics:
-    """One registry per app: the store collector plus the step-duration histogram."""
+STEP_NAME, STEP_HELP = "spotfleet_reconcile_step_seconds", "Duration of one reconcile step"
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+
+class FleetMetrics:
+    """One registry per app: the store collector plus the step-duration histogram.
+
+    ``published_steps``: the app is an API worker (``spotfleet.api.workers``),
+    whose process never steps; it shows the step process's histogram as that
+    process last published it (``step_histogram``)."""
+
+    def __init__(
+        self, store: Store, clock: Clock, *, published_steps: Callable[[], dict[str, Any]] | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(FleetCollector(store, clock))
-        self.step_seconds = Histogram("spotfleet_reconcile_step_seconds", "Duration of one reconcile step",
-                                      buckets=STEP_BUCKETS, registry=self.registry)  # fmt: skip
+        self.step_seconds: Histogram | None = None
+        if published_steps is None:
+            self.step_seconds = Histogram(STEP_NAME, STEP_HELP, buckets=STEP_BUCKETS, registry=self.registry)
+        else:
+            self.registry.register(PublishedHistogram(published_steps))
+
+    def step_histogram(self) -> dict[str, Any]:
+        """The step histogram as plain data (cumulative bucket counts, sum, count)."""
+        out: dict[str, Any] = {"buckets": [], "sum": 0.0, "count": 0.0}
+        if self.step_seconds is None:
+            return out
+        for metric in self.step_seconds.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_bucket"):
+                    out["buckets"].append([sample.labels["le"], sample.value])
+                elif sample.name.endswith("_sum"):
+                    out["sum"] = sample.value
+                elif sample.name.endswith("_count"):
+                    out["count"] = sample.value
+        return out
 
     def instrument(self, controller: Any) -> None:
         """Time every ``controller.step()`` (wraps the bound method once)."""
+        if self.step_seconds is None:
+            return
+        histogram = self.step_seconds
         step: Callable[[], Any] = controller.step
         if getattr(step, "_spotfleet_timed", False):
             return
@@ -168,10 +198,24 @@ class FleetMetrics:
             try:
                 return step()
             finally:
-                self.step_seconds.observe(time.perf_counter() - start)
+                histogram.observe(time.perf_counter() - start)
 
         timed._spotfleet_timed = True  # type: ignore[attr-defined]
         controller.step = timed
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class PublishedHistogram(Collector):
+    """Another process's step histogram, from the plain data it last published."""
+
+    def __init__(self, read: Callable[[], dict[str, Any]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        data = self.read() or {}
+        buckets = [(str(le), float(n)) for le, n in data.get("buckets", [])]
+        if not buckets:
+            buckets = [("+Inf", 0.0)]
+        yield HistogramMetricFamily(STEP_NAME, STEP_HELP, buckets=buckets, sum_value=float(data.get("sum", 0.0)))

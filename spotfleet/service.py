@@ -25,15 +25,18 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from spotfleet.api.app import create_app
 from spotfleet.api.auth import token_resolver
+from spotfleet.api.workers import ApiWorkers
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.config import Config
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.pacing import StepPacer
 from spotfleet.controller.settings import PlanSettings
-from spotfleet.errors import ControllerLocked, PortInUse
+from spotfleet.errors import ControllerLocked, InvalidSpec, PortInUse
 from spotfleet.files import private_database, private_dir
+from spotfleet.metrics import FleetMetrics
 from spotfleet.model.snapshot import Budget
 from spotfleet.policies.base import Policy
+from spotfleet.providers.base import Provider
 from spotfleet.providers.registry import build_providers
 from spotfleet.store import Store
 from spotfleet.store.election import Elector
@@ -65,26 +68,47 @@ def budgets_of(config: Config) -> list[Budget]:
     return out
 
 
+def build_controller(
+    config: Config,
+    store: Store,
+    providers: dict[str, Provider],
+    *,
+    clock: Clock,
+    controller_url: Callable[[], str],
+    cls: type[Controller] = Controller,
+) -> Controller:
+    """The controller a config describes (the step process's, or an API worker's: ``cls``)."""
+    r = config.reconcile
+    return cls(
+        store=store, providers=providers, policy=make_policy(config), clock=clock, cluster=config.cluster,
+        data_dir=config.data_path, controller_url=controller_url, checkpoint_root=config.checkpoint_root,
+        settings=PlanSettings(agent_timeout=r.agent_timeout, boot_timeout=r.boot_timeout),
+        budgets=budgets_of(config), heartbeat_seconds=r.heartbeat.total_seconds(), offerings_ttl=r.offerings_ttl,
+        partition_policy=config.gpu_partitioning.policy(),
+    )  # fmt: skip
+
+
 class Service:
-    def __init__(self, config: Config, *, clock: Clock | None = None) -> None:
+    def __init__(self, config: Config, *, clock: Clock | None = None, log_format: str = "text") -> None:
         self.config = config
         self.clock = clock or SystemClock()
+        self.log_format = log_format
         data_dir = config.data_path
         private_dir(data_dir)
         self.store = Store(config.database_url)
+        if config.api.workers and self.store.dialect != "postgresql":
+            self.store.close()
+            raise InvalidSpec("api.workers", f"API worker processes need PostgreSQL; {self.store.safe_url} is "
+                              f"{self.store.dialect} (single-controller, one writer): set database to a "
+                              "postgresql:// URL, or leave api.workers at 0")  # fmt: skip
         # SQLite is single-controller: hold the database file and the data dir alone
         self._locks = single_controller_locks(self.store, data_dir) if self.store.dialect == "sqlite" else []
         self.store.migrate()
         private_database(self.store)
         r = config.reconcile
         self.providers = build_providers(config.providers, cluster=config.cluster, clock=self.clock, data_dir=data_dir)
-        self.controller = Controller(
-            store=self.store, providers=self.providers, policy=make_policy(config), clock=self.clock,
-            cluster=config.cluster, data_dir=data_dir, controller_url=self.advertised_url, checkpoint_root=config.checkpoint_root,
-            settings=PlanSettings(agent_timeout=r.agent_timeout, boot_timeout=r.boot_timeout),
-            budgets=budgets_of(config), heartbeat_seconds=r.heartbeat.total_seconds(), offerings_ttl=r.offerings_ttl,
-            partition_policy=config.gpu_partitioning.policy(),
-        )  # fmt: skip
+        self.controller = build_controller(config, self.store, self.providers, clock=self.clock,
+                                           controller_url=self.advertised_url)  # fmt: skip
         self.controller.wake = self.wake
         self.controller.step_interval = r.interval
         self.elector = Elector(self.store, cluster=config.cluster, clock=self.clock, ttl=config.ha.lease_ttl,
@@ -96,8 +120,16 @@ class Service:
         resolver = token_resolver(
             self.store, legacy_token=config.api.token, open_without_token=config.api.token is None
         )
+        # api.workers > 0: the API runs in worker processes (api/workers.py); this one only steps
+        # and publishes its step timings to them (instrumented before the unused in-process app)
+        self.api_workers: ApiWorkers | None = None
+        self.metrics = FleetMetrics(self.store, self.clock)
+        if config.api.workers:
+            self.metrics.instrument(self.controller)
         self.app = create_app(self.controller, principals=resolver, max_body=config.api.max_body_bytes,
                               leadership=self._leadership)  # fmt: skip
+        self._sock: socket.socket | None = None
+        self._stopped = threading.Event()
         self.server = uvicorn.Server(uvicorn.Config(self.app, host=config.api.host, port=config.api.port,
                                                     log_level="warning", lifespan="off"))  # fmt: skip
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -118,6 +150,22 @@ class Service:
             self.controller.step()
         finally:
             self._run_at(self.pacer.finished(time.monotonic()))
+            self._publish()
+
+    def _publish(self) -> None:
+        """Tell the API workers what only this process knows (``ReplicaState``)."""
+        if self.api_workers is None:
+            return
+        c, lease = self.controller, self.elector.status()
+        lease["expires_at"] = (
+            self.elector.expires_at.isoformat() if self.elector.is_leader and self.elector.expires_at else None
+        )
+        self.api_workers.state.publish({
+            "lease": lease, "leadership": self._leadership(), "steps": self.metrics.step_histogram(),
+            "advertised_url": self.advertised_url(),
+            "health": {"started_at": c.started_at.isoformat(), "last_step_error": c.last_step_error,
+                       "last_step_at": c.last_step_at.isoformat() if c.last_step_at else None},
+        })  # fmt: skip
 
     def wake(self) -> None:
         """Run a reconcile step soon (coalesced and paced, see ``StepPacer``: a burst
@@ -153,6 +201,7 @@ class Service:
         every = self.config.ha.renew_every.total_seconds()
         while not self._lease_stop.wait(self.elector.next_tick_in(every)):
             self.elector.tick()
+            self._publish()
 
     def _start_lease(self) -> None:
         self.elector.info["url"] = self.own_url
@@ -182,6 +231,8 @@ class Service:
 
     @property
     def bound_port(self) -> int:
+        if self._sock is not None:
+            return int(self._sock.getsockname()[1])
         for server in self.server.servers:
             for sock in server.sockets:
                 return int(sock.getsockname()[1])
@@ -196,6 +247,9 @@ class Service:
         already in use is one clear error (``PortInUse``) rather than a log line
         from uvicorn's thread and a timeout."""
         sock = self._bind()
+        if self.config.api.workers:
+            self._start_workers(sock)
+            return
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, name="spotfleet-api",
                                         daemon=True)  # fmt: skip
         self._thread.start()
@@ -208,6 +262,19 @@ class Service:
         self._start_scheduler()
         if self.wakes is not None:
             self.wakes.start()
+
+    def _start_workers(self, sock: socket.socket) -> None:
+        """``api.workers``: this process leads or follows and steps; N processes serve."""
+        self._sock = sock
+        self.api_workers = ApiWorkers(self.config, sock, count=self.config.api.workers, log_format=self.log_format)
+        self._start_lease()
+        self._publish()
+        self._start_scheduler()
+        if self.wakes is not None:
+            self.wakes.start()
+        self.api_workers.start()
+        log.info("API served by %d worker processes (pids %s)", self.config.api.workers,
+                 ", ".join(map(str, self.api_workers.pids)))  # fmt: skip
 
     def _bind(self) -> socket.socket:
         host, port = self.config.api.host, self.config.api.port
@@ -232,14 +299,22 @@ class Service:
         self.start_background()
         on_ready()
         try:
-            while self._thread is not None and self._thread.is_alive():
-                self._thread.join(0.5)
+            while self._serving():
+                self._stopped.wait(0.5)
         except KeyboardInterrupt:
             pass
         finally:
             self.stop()
 
+    def _serving(self) -> bool:
+        if self.api_workers is not None:
+            return not self._stopped.is_set()
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self) -> None:
+        self._stopped.set()
+        if self.api_workers is not None:
+            self.api_workers.stop()  # no new inbox writes while the rest shuts down
         self._lease_stop.set()
         if self.wakes is not None:
             self.wakes.stop()
@@ -252,6 +327,8 @@ class Service:
         self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
+        if self._sock is not None:
+            self._sock.close()
         self.store.close()
         for lock in self._locks:
             lock.release()

@@ -15,6 +15,7 @@ A client's mistake is a 4xx naming the field (422 for an invalid spec, 404 for
 an unknown id, 401 for a bad token), never a 500.
 """
 
+import os
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any, Literal
@@ -101,9 +102,12 @@ def create_app(
     principals: PrincipalResolver | None = None,
     leadership: Callable[[], dict[str, Any]] | None = None,
     max_body: int = limits.DEFAULT_MAX_BODY,
+    published_steps: Callable[[], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """``principals`` decides who a token is (default: the one optional ``api_token``);
-    ``leadership`` tells the dashboard which replica leads (default: this one, alone)."""
+    ``leadership`` tells the dashboard which replica leads (default: this one, alone);
+    ``published_steps``: an API worker's (``spotfleet.api.workers``) view of the
+    step process's step histogram (default: time this process's own steps)."""
     resolve = principals or auth.token_resolver(
         controller.store, legacy_token=api_token, open_without_token=api_token is None
     )
@@ -197,8 +201,10 @@ def create_app(
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        """Liveness: the process serves HTTP (followers included)."""
-        return {"ok": True, "version": spotfleet.__version__, "cluster": controller.cluster, **_role()}
+        """Liveness: the process serves HTTP (followers included); ``process`` is the
+        answering process's pid (an API worker's, with ``api.workers``)."""
+        return {"ok": True, "version": spotfleet.__version__, "cluster": controller.cluster, "process": os.getpid(),
+                **_role()}  # fmt: skip
 
     @app.get("/readyz")
     def readyz() -> JSONResponse:
@@ -211,7 +217,7 @@ def create_app(
                                                           **_role()})  # fmt: skip
         return JSONResponse(content={"ready": True, **_role()})
 
-    metrics = FleetMetrics(controller.store, controller.clock)
+    metrics = FleetMetrics(controller.store, controller.clock, published_steps=published_steps)
     metrics.instrument(controller)
 
     @app.get("/metrics", dependencies=[Depends(fleet_reader)])

@@ -17,6 +17,9 @@ def up(
     port: int | None = typer.Option(None, "--port"),
     data_dir: Path | None = typer.Option(None, "--data-dir"),
     log_format: str = typer.Option("text", "--log-format", help="text, or json (one object per line)"),
+    api_workers: int | None = typer.Option(
+        None, "--api-workers", min=0, max=64, help="serve the API from N processes in front of the step (PostgreSQL)"
+    ),
 ) -> None:
     """Run the controller and its HTTP API until Ctrl-C (or SIGTERM); logs each decision in one line."""
     import signal
@@ -32,8 +35,9 @@ def up(
 
     redact.install()
     cfg = load_config(config, overrides={"database": db, "api.host": host, "api.port": port,
-                                         "data_dir": str(data_dir) if data_dir else None})  # fmt: skip
-    service = Service(cfg)
+                                         "data_dir": str(data_dir) if data_dir else None,
+                                         "api.workers": api_workers})  # fmt: skip
+    service = Service(cfg, log_format=log_format)
     service.store.event_listeners.append(log_decisions)
     log = logging.getLogger("spotfleet.up")
     log.info("spotfleet controller: cluster %s, store %s, providers %s", cfg.cluster, service.store.safe_url,

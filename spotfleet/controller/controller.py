@@ -40,7 +40,7 @@ from spotfleet.providers.base import Provider, ProviderInstance, SupportsInterru
 from spotfleet.store.store import Store
 
 if TYPE_CHECKING:
-    from spotfleet.store.election import Elector
+    from spotfleet.store.election import Elector, Leadership
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Controller:
             store=store, clock=clock, logs=self.job_logs, checkpoint_root=self.checkpoint_root,
             heartbeat_seconds=heartbeat_seconds, partition_policy=partition_policy, wake=lambda: self.wake(),
         )  # fmt: skip
-        self.elector: Elector | None = None  # replicated controllers: step only while leading (store/election.py)
+        self.elector: Leadership | None = None  # replicated controllers: step only while leading (store/election.py)
 
     def lead_with(self, elector: Elector) -> None:
         """Step only while ``elector`` holds the lease; fence every write and cloud call."""

@@ -31,7 +31,7 @@ import socket
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import create_engine
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -43,6 +43,19 @@ from spotfleet.store.schema import ControllerLeaseRow
 from spotfleet.store.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class Leadership(Protocol):
+    """What a controller asks of its lease: do we lead, who leads (``/healthz``),
+    and the fence its step's transactions run (``Elector``; an API worker's
+    ``PublishedLeadership`` only reports, and its ``check`` always refuses)."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    def check(self, session: Session) -> None: ...
 
 
 def default_identity() -> str:

@@ -40,6 +40,7 @@ class Cluster:
     replicas: int = 3
     lease_ttl: float = 5.0
     renew_every: float = 1.0
+    api_workers: int = 0  # spotfleet up --api-workers N (0: the API in the step process)
     ports: list[int] = field(default_factory=list)
     procs: dict[int, subprocess.Popen[str]] = field(default_factory=dict)
     kills: list[Kill] = field(default_factory=list)
@@ -67,7 +68,8 @@ class Cluster:
         env = {**os.environ, "SPOTFLEET_DATA_DIR": str(self.data_dir)}
         log = open(self.data_dir / f"up-{port}.log", "a")
         self.procs[port] = subprocess.Popen(
-            [sys.executable, "-m", "spotfleet.cli", "up", "--port", str(port), "--config", str(self.config)],
+            [sys.executable, "-m", "spotfleet.cli", "up", "--port", str(port), "--config", str(self.config),
+             *(["--api-workers", str(self.api_workers)] if self.api_workers else [])],
             env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
 

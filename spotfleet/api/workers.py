@@ -1,0 +1,271 @@
+"""API worker processes: the HTTP API in N processes in front of one step process.
+
+Why: the reconcile step is CPU-bound Python. In one process the API waits for
+the GIL while a step plans over a large backlog — 2,000 agents heartbeating
+every 2 s got ~120 answers/s and 9 s latency behind 5 s steps. With
+``api.workers: N`` (``spotfleet up --api-workers N``, PostgreSQL only),
+``spotfleet up`` binds the port, starts N worker processes that accept on that
+one socket (the kernel hands each connection to one of them) and itself runs
+only the lease, the scheduler and the step.
+
+- A worker is an API like a follower's: reads, and inbox writes (submissions,
+  cancels, agent heartbeats), each in its own transaction. It never steps and
+  never calls a cloud to buy or end anything. Its wakes reach the step over
+  ``NOTIFY`` (``store/wakes.py``), coalesced per worker.
+- What only the step process knows — whether this replica leads, its epoch,
+  when it last stepped and how long steps take — it publishes to a small
+  shared-memory block (``ReplicaState``) after every lease tick and step;
+  workers answer ``/healthz``, ``/readyz``, ``/metrics`` and the dashboard
+  from it. A lease that has run out in the block reads as ``follower``, so a
+  frozen step process is not reported as leading.
+- No orphans: a worker asks the kernel for SIGTERM when the step process dies
+  (``PR_SET_PDEATHSIG``, even on kill -9) and also watches its parent's pid.
+  The step process restarts a worker that exits.
+
+Workers are started with the ``spawn`` method: a fresh interpreter, no copied
+threads, locks or database connections.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from multiprocessing.context import SpawnContext, SpawnProcess
+from typing import TYPE_CHECKING, Any
+
+from spotfleet.controller.controller import Controller
+from spotfleet.errors import Fenced
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
+
+    from spotfleet.config import Config
+
+log = logging.getLogger(__name__)
+
+STATE_BYTES = 64 * 1024
+
+
+class ReplicaState:
+    """A JSON document in shared memory: written by the step process, read by its
+    workers (one lock; a few kB; rewritten a few times a second at most)."""
+
+    def __init__(self, ctx: SpawnContext) -> None:
+        self._buf = ctx.Array(ctypes.c_char, STATE_BYTES)
+
+    def publish(self, state: dict[str, Any]) -> None:
+        data = json.dumps(state, default=str).encode()
+        if len(data) >= STATE_BYTES:
+            raise ValueError(f"replica state of {len(data)} bytes does not fit in {STATE_BYTES}")
+        with self._buf.get_lock():
+            self._buf.value = data
+
+    def read(self) -> dict[str, Any]:
+        with self._buf.get_lock():
+            data = self._buf.value
+        return json.loads(data) if data else {}
+
+
+class PublishedLeadership:
+    """An API worker's view of its replica's lease, as the step process published
+    it. It only reports: ``check`` refuses, so a worker can never pass a fence."""
+
+    def __init__(self, state: ReplicaState) -> None:
+        self.state = state
+
+    def status(self) -> dict[str, Any]:
+        lease = self.state.read().get("lease") or {"role": "follower", "epoch": None, "identity": None, "leader": {}}
+        expires = lease.get("expires_at")
+        if lease.get("role") == "leader" and (expires is None or datetime.fromisoformat(expires) <= datetime.now(UTC)):
+            lease = {**lease, "role": "follower"}  # the step process stopped renewing (frozen, or dying)
+        lease.pop("expires_at", None)
+        return lease
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.status()["role"] == "leader")
+
+    def check(self, session: Any) -> None:
+        raise Fenced("an API worker never steps")
+
+
+class WorkerController(Controller):
+    """The controller an API worker serves: everything the routes need, answered
+    from the store; health from what the step process published; no step."""
+
+    published: ReplicaState
+
+    def step(self) -> Any:
+        raise RuntimeError("an API worker does not run reconcile steps; the step process does")
+
+    def health(self) -> dict[str, Any]:
+        steps = self.published.read().get("health") or {}
+        self.started_at = _when(steps.get("started_at")) or self.started_at
+        self.last_step_at = _when(steps.get("last_step_at"))
+        self.last_step_error = steps.get("last_step_error")
+        return super().health()
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event, parent: int, index: int,
+          log_format: str) -> None:  # fmt: skip
+    """A worker's main: die with the step process, build the API, serve until told to stop."""
+    _die_with(parent)
+    from spotfleet import redact
+    from spotfleet.decisions import configure_logging
+
+    configure_logging(log_format)
+    redact.install()
+    import uvicorn
+
+    from spotfleet.api.app import create_app
+    from spotfleet.api.auth import token_resolver
+    from spotfleet.clock import SystemClock
+    from spotfleet.providers.registry import build_providers
+    from spotfleet.service import build_controller
+    from spotfleet.store import Store
+    from spotfleet.store.wakes import Notifier
+
+    clock = SystemClock()
+    store = Store(config.database_url)
+    providers = build_providers(config.providers, cluster=config.cluster, clock=clock, data_dir=config.data_path)
+    controller = build_controller(config, store, providers, clock=clock, cls=WorkerController,
+                                  controller_url=lambda: str(state.read().get("advertised_url", "")))  # fmt: skip
+    assert isinstance(controller, WorkerController)
+    controller.published = state
+    controller.elector = PublishedLeadership(state)
+    controller.step_interval = config.reconcile.interval
+    notifier = Notifier(store, config.cluster)
+    controller.wake = notifier.wake
+    resolver = token_resolver(store, legacy_token=config.api.token, open_without_token=config.api.token is None)
+    app = create_app(controller, principals=resolver, max_body=config.api.max_body_bytes,
+                     leadership=lambda: dict(state.read().get("leadership") or {}),
+                     published_steps=lambda: dict(state.read().get("steps") or {}))  # fmt: skip
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+
+    def announce() -> None:
+        while not server.started and not server.should_exit:
+            time.sleep(0.02)
+        if server.started:
+            log.info("API worker %d (pid %d) serves", index, os.getpid())
+            ready.set()
+
+    threading.Thread(target=announce, name="spotfleet-ready", daemon=True).start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        notifier.stop()
+        store.close()
+
+
+def _die_with(parent: int) -> None:
+    """SIGTERM when the step process dies (Linux's parent-death signal; uvicorn
+    stops cleanly on it), and a watchdog for kernels without it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="spotfleet-parent-watch", daemon=True).start()
+
+
+# ---------------------------------------------------------------- the step process's side
+
+
+class ApiWorkers:
+    """Starts N workers on one listening socket, restarts any that exits, stops
+    them all (SIGTERM, then SIGKILL after ``grace``)."""
+
+    def __init__(self, config: Config, sock: socket.socket, *, count: int, log_format: str = "text") -> None:
+        self.config, self.sock, self.count, self.log_format = config, sock, count, log_format
+        self.ctx = multiprocessing.get_context("spawn")
+        self.state = ReplicaState(self.ctx)
+        self.procs: list[SpawnProcess | None] = [None] * count
+        self.ready: list[Event] = [self.ctx.Event() for _ in range(count)]
+        self.restarts = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        """Start every worker from one long-lived thread (a parent-death signal fires
+        when the *thread* that started the child ends) and wait until all serve."""
+        self._thread = threading.Thread(target=self._supervise, name="spotfleet-workers", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        for i, event in enumerate(self.ready):
+            if not event.wait(max(0.0, deadline - time.monotonic())):
+                proc = self.procs[i]
+                code = proc.exitcode if proc is not None else None
+                raise RuntimeError(f"API worker {i} did not start within {timeout:.0f}s (exit code {code})")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None and p.pid is not None and p.is_alive()]
+
+    def _spawn(self, index: int) -> None:
+        self.ready[index].clear()
+        proc = self.ctx.Process(
+            target=serve, name=f"spotfleet-api-{index}", daemon=False,
+            args=(self.config, self.sock, self.state, self.ready[index], os.getpid(), index, self.log_format),
+        )  # fmt: skip
+        proc.start()
+        self.procs[index] = proc
+
+    def _supervise(self) -> None:
+        with self._lock:
+            for i in range(self.count):
+                self._spawn(i)
+        backoff = [0.0] * self.count
+        while not self._stop.wait(0.5):
+            with self._lock:
+                for i, proc in enumerate(self.procs):
+                    if self._stop.is_set() or proc is None or proc.is_alive():
+                        continue
+                    if backoff[i] > time.monotonic():
+                        continue
+                    log.warning("API worker %d (pid %s) exited with code %s: restarting it", i, proc.pid,
+                                proc.exitcode)  # fmt: skip
+                    self.restarts += 1
+                    backoff[i] = time.monotonic() + 1.0
+                    self._spawn(i)
+        self._terminate()
+
+    def _terminate(self, grace: float = 10.0) -> None:
+        with self._lock:
+            live = [p for p in self.procs if p is not None and p.is_alive()]
+            for proc in live:
+                proc.terminate()
+            deadline = time.monotonic() + grace
+            for proc in live:
+                proc.join(max(0.0, deadline - time.monotonic()))
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(2)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)

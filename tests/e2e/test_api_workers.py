@@ -1,0 +1,123 @@
+"""``spotfleet up --api-workers N``: the API in N processes in front of one step
+process, on PostgreSQL, as an operator runs it (real processes, two replicas).
+
+- the workers, not the step process, answer; every answer names the replica's
+  role, and a follower's workers name the leader;
+- a submission through a follower's worker runs (its wake reaches the leader);
+- ``/metrics`` from a worker shows the step process's step histogram;
+- a worker killed is restarted; the step process killed (-9) takes its workers
+  with it (no orphans) and the other replica takes over;
+- SQLite refuses API workers with exit 2 and one line naming the setting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import _reset_pg
+from tests.e2e.ha_cluster import Cluster, chaos_job
+from tests.e2e.test_local_e2e import free_port
+
+pytestmark = [pytest.mark.e2e]
+
+
+def wait(what: str, check: object, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def workers_of(pid: int) -> set[int]:
+    """The live API worker processes of a ``spotfleet up`` (spawned interpreters)."""
+    found = set()
+    for child in psutil.Process(pid).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+        except psutil.Error:  # exited (or a zombie) between the listing and the look
+            pass
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
+    _reset_pg(pg_url)
+    c = Cluster(database=pg_url, data_dir=tmp_path, replicas=2, lease_ttl=5.0, renew_every=1.0, api_workers=2)
+    c.start_all()
+    yield c
+    c.stop()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+def test_workers_serve_both_replicas_restart_and_die_with_their_step_process(cluster: Cluster) -> None:
+    port, health = cluster.wait_leader()
+    follower = next(p for p in cluster.ports if p != port)
+    lead_proc, follow_proc = cluster.procs[port], cluster.procs[follower]
+    wait("two workers per replica", lambda: len(workers_of(lead_proc.pid)) == 2
+         and len(workers_of(follow_proc.pid)) == 2, timeout=30)  # fmt: skip
+    lead_workers = workers_of(lead_proc.pid)
+
+    answers = [httpx.get(f"{cluster.url(port)}/healthz", timeout=5).json() for _ in range(20)]
+    assert {a["process"] for a in answers} <= lead_workers, "the workers answer, not the step process"
+    assert all(a["role"] == "leader" and a["replica"] == health["replica"] for a in answers)
+    followed = [httpx.get(f"{cluster.url(follower)}/readyz", timeout=5).json() for _ in range(10)]
+    assert all(f["ready"] and f["role"] == "follower" and f["leader"] == health["replica"] for f in followed)
+
+    first = cluster.submit(chaos_job("via-follower-worker", 5), port=follower)
+    wait("the follower worker's submission to run", lambda: any(
+        j["id"] == first and j["state"] == "succeeded" for j in cluster.jobs()), timeout=60)  # fmt: skip
+    metrics = httpx.get(f"{cluster.url(port)}/metrics", timeout=10).text
+    count = next(float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith("spotfleet_reconcile_step_seconds_count"))  # fmt: skip
+    assert count >= 1, "a worker shows the step process's step timings"
+
+    victim = sorted(lead_workers)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait("the killed worker to be replaced", lambda: len(workers_of(lead_proc.pid)) == 2
+         and victim not in workers_of(lead_proc.pid), timeout=30)  # fmt: skip
+    assert httpx.get(f"{cluster.url(port)}/healthz", timeout=5).json()["role"] == "leader"
+
+    orphans = workers_of(lead_proc.pid)
+    kill = cluster.kill_leader(restart=False)
+    assert kill.pid == lead_proc.pid
+    wait("the dead step process's workers to exit", lambda: all(gone(pid) for pid in orphans), timeout=10)
+    new_port, new = cluster.wait_leader(above_epoch=kill.epoch)
+    assert new_port == follower and new["replica"] != health["replica"]
+    second = cluster.submit(chaos_job("after-failover", 5), port=follower)
+    wait("work after the failover to run", lambda: any(
+        j["id"] == second and j["state"] == "succeeded" for j in cluster.jobs()), timeout=60)  # fmt: skip
+    wait("scale to zero", lambda: cluster.invariants()["leaked_instances"] == 0, timeout=60)
+    found = cluster.invariants()
+    for key in ("duplicate_launches", "unknown_instances", "double_binds", "lost_jobs", "repeated_attempts"):
+        assert found[key] == 0, (key, found)
+
+
+def test_sqlite_refuses_api_workers_with_exit_2_naming_the_setting(tmp_path: Path) -> None:
+    env = {**os.environ, "SPOTFLEET_DATA_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-m", "spotfleet.cli", "up", "--port", str(free_port()), "--api-workers",
+                          "2"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    (line,) = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
+    assert "api.workers" in line and "PostgreSQL" in line and "sqlite" in line, line
+    assert "Traceback" not in run.stderr
