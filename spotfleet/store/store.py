@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, defer, sessionmaker
 
 from spotfleet.errors import NotFound
@@ -158,8 +160,6 @@ class Store:
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
-        else:
-            kwargs["pool_pre_ping"] = True
         try:
             with requires("postgres", "a PostgreSQL database"):
                 self.engine: Engine = create_engine(self.url, **kwargs)
@@ -168,6 +168,8 @@ class Store:
                               "spotfleet stores in sqlite:/// or postgresql://") from None  # fmt: skip
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        else:
+            ping_when_idle(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Called with the events of every successful commit (the decision log of `spotfleet up`).
         self.event_listeners: list[Callable[[Sequence[EventRecord]], None]] = []
@@ -819,6 +821,36 @@ def _sync_billing(s: Session, inst: Instance, now: datetime) -> None:
         market=o.market.value, gpu_count=o.gpu_count, price_per_hour=o.price_per_hour,
         on_demand_price_per_hour=o.on_demand_price_per_hour, start=now if segments else inst.launched_at, end=end,
     ))  # fmt: skip
+
+
+IDLE_PING_SECONDS = 10.0
+
+
+def ping_when_idle(engine: Engine, *, idle: float = IDLE_PING_SECONDS) -> None:
+    """Ping a pooled connection before lending it only when it sat unused ``idle`` seconds.
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout, and on psycopg that
+    ping is a statement of its own: one more transaction in PostgreSQL per
+    request, which doubled what an agent heartbeat cost the database. A
+    connection returned a moment ago is alive (or fails once, and SQLAlchemy then
+    drops the whole pool as disconnected); one that sat idle, across a database
+    restart say, is pinged and replaced when the ping fails."""
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_connection: Any, record: Any) -> None:
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _lent(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        returned = record.info.get("returned_at")
+        if returned is None or time.monotonic() - returned < idle:
+            return  # fresh, or used a moment ago
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # the pool retries the checkout with a new connection
+            raise DisconnectionError(
+                f"a pooled connection idle {time.monotonic() - returned:.0f}s is dead: {exc}"
+            ) from exc
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
