@@ -71,6 +71,19 @@ def tree_cpu(proc: psutil.Process) -> float:
     return total
 
 
+def postgres_cpu() -> float:
+    """CPU seconds of every PostgreSQL process on this machine (the server is local)."""
+    total = 0.0
+    for p in psutil.process_iter(["name"]):
+        if p.info["name"] in ("postgres", "postmaster"):
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+    return total
+
+
 def xact_commit(engine: Any, name: str) -> int:
     with engine.connect() as conn:
         conn.execute(text("SELECT pg_stat_clear_snapshot()"))
@@ -231,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.every)  # let the step settle on the full backlog
             s0, n0 = step_histogram(url)
             x0 = xact_commit(admin, name)
-            cpu0, w0 = tree_cpu(ctl), time.monotonic()
+            me = psutil.Process()
+            cpu0, pg0, gen0, w0 = tree_cpu(ctl), postgres_cpu(), sum(me.cpu_times()[:2]), time.monotonic()
             latencies, errors = asyncio.run(agents_phase(url, tokens, every=args.every, seconds=args.seconds))
-            cpu1, w1 = tree_cpu(ctl), time.monotonic()
+            cpu1, pg1, gen1, w1 = tree_cpu(ctl), postgres_cpu(), sum(me.cpu_times()[:2]), time.monotonic()
             x1 = xact_commit(admin, name)
             s1, n1 = step_histogram(url)
             beats = len(latencies)
@@ -246,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
                 "steps": int(n1 - n0), "step_mean_s": round((s1 - s0) / (n1 - n0), 3) if n1 > n0 else None,
                 "transactions_per_heartbeat": round((x1 - x0) / beats, 2) if beats else None,
                 "controller_cpu_cores": round((cpu1 - cpu0) / (w1 - w0), 2),
+                "postgres_cpu_cores": round((pg1 - pg0) / (w1 - w0), 2),
+                "load_generator_cpu_cores": round((gen1 - gen0) / (w1 - w0), 2),
+                # CPU per heartbeat, steps and lease included: what 1,000 heartbeats/s would need, in cores
+                "controller_cpu_ms_per_heartbeat": round((cpu1 - cpu0) / beats * 1000, 2) if beats else None,
+                "postgres_cpu_ms_per_heartbeat": round((pg1 - pg0) / beats * 1000, 2) if beats else None,
             })  # fmt: skip
             with httpx.Client(base_url=url, timeout=60) as c:
                 times = []

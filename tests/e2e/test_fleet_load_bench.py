@@ -19,11 +19,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_fleet_load_runs_every_phase_and_prints_its_json_line() -> None:
+@pytest.mark.parametrize("workers", [0, 2])
+def test_fleet_load_runs_every_phase_and_prints_its_json_line(workers: int) -> None:
     if PG_ADMIN == "off":
         pytest.skip("PostgreSQL disabled by SPOTFLEET_TEST_PG=off")
     args = ["--jobs", "40", "--single", "5", "--batch", "20", "--agents", "4", "--every", "0.5", "--seconds", "2",
-            "--pg", PG_ADMIN]  # fmt: skip
+            "--pg", PG_ADMIN, "--api-workers", str(workers)]  # fmt: skip
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "fleet_load.py"), *args],
         capture_output=True, text=True, timeout=110, cwd=ROOT,
@@ -36,3 +37,5 @@ def test_fleet_load_runs_every_phase_and_prints_its_json_line() -> None:
     assert 0 < doc["heartbeat_p50_ms"] <= doc["heartbeat_p99_ms"]
     assert doc["steps"] >= 1 and doc["transactions_per_heartbeat"] > 0
     assert doc["list_1000_ms_median"] > 0 and doc["controller_rss_mb"] > 0
+    assert doc["controller_cpu_ms_per_heartbeat"] > 0 and doc["postgres_cpu_ms_per_heartbeat"] > 0
+    assert doc["api_workers"] == workers and ("api_worker_rss_mb_max" in doc) == (workers > 0)
