@@ -296,9 +296,9 @@ class Service:
 
     def run_forever(self, *, on_ready: Callable[[], None] = lambda: None) -> None:
         """``spotfleet up``: serve until Ctrl-C, then stop cleanly."""
-        self.start_background()
-        on_ready()
         try:
+            self.start_background()  # a Ctrl-C while the API workers start still stops them
+            on_ready()
             while self._serving():
                 self._stopped.wait(0.5)
         except KeyboardInterrupt:

@@ -28,6 +28,7 @@ threads, locks or database connections.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
@@ -37,6 +38,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import TYPE_CHECKING, Any
@@ -123,7 +125,12 @@ def _when(text: str | None) -> datetime | None:
 
 def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event, parent: int, index: int,
           log_format: str) -> None:  # fmt: skip
-    """A worker's main: die with the step process, build the API, serve until told to stop."""
+    """A worker's main: die with the step process, build the API, serve until told to stop.
+
+    The step process decides when its workers stop (SIGTERM). A terminal's Ctrl-C
+    or a service manager's SIGINT reaches the whole process group; a worker
+    ignores it and lets the step process stop it in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent)
     from spotfleet import redact
     from spotfleet.decisions import configure_logging
@@ -155,7 +162,7 @@ def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event
     app = create_app(controller, principals=resolver, max_body=config.api.max_body_bytes,
                      leadership=lambda: dict(state.read().get("leadership") or {}),
                      published_steps=lambda: dict(state.read().get("steps") or {}))  # fmt: skip
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = _worker_server_class()(uvicorn.Config(app, log_level="warning", lifespan="off"))
 
     def announce() -> None:
         while not server.started and not server.should_exit:
@@ -170,6 +177,24 @@ def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event
     finally:
         notifier.stop()
         store.close()
+
+
+def _worker_server_class() -> type:
+    import uvicorn
+
+    class WorkerServer(uvicorn.Server):
+        """uvicorn, stopping on SIGTERM only (its own handlers would also take SIGINT
+        and re-raise it after the shutdown, as a KeyboardInterrupt traceback)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = signal.signal(signal.SIGTERM, lambda _sig, _frame: setattr(self, "should_exit", True))
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+
+    return WorkerServer
 
 
 def _die_with(parent: int) -> None:
@@ -228,28 +253,33 @@ class ApiWorkers:
     def _spawn(self, index: int) -> None:
         self.ready[index].clear()
         proc = self.ctx.Process(
-            target=serve, name=f"spotfleet-api-{index}", daemon=False,
+            target=serve, name=f"spotfleet-api-{index}", daemon=True,  # terminated, not joined, at exit
             args=(self.config, self.sock, self.state, self.ready[index], os.getpid(), index, self.log_format),
         )  # fmt: skip
         proc.start()
         self.procs[index] = proc
 
     def _supervise(self) -> None:
+        """Restart a worker that has been gone a second: not sooner, so a Ctrl-C or a
+        service manager's stop, which reaches the workers with the step process, is
+        not answered by a respawn (and a worker that dies at once is not a hot loop)."""
         with self._lock:
             for i in range(self.count):
                 self._spawn(i)
-        backoff = [0.0] * self.count
-        while not self._stop.wait(0.5):
+        gone_since: dict[int, float] = {}
+        while not self._stop.wait(0.25):
             with self._lock:
                 for i, proc in enumerate(self.procs):
-                    if self._stop.is_set() or proc is None or proc.is_alive():
+                    if proc is None or proc.is_alive():
+                        gone_since.pop(i, None)
                         continue
-                    if backoff[i] > time.monotonic():
+                    since = gone_since.setdefault(i, time.monotonic())
+                    if self._stop.is_set() or time.monotonic() - since < 1.0:
                         continue
                     log.warning("API worker %d (pid %s) exited with code %s: restarting it", i, proc.pid,
                                 proc.exitcode)  # fmt: skip
                     self.restarts += 1
-                    backoff[i] = time.monotonic() + 1.0
+                    gone_since.pop(i)
                     self._spawn(i)
         self._terminate()
 

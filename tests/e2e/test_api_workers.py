@@ -121,3 +121,33 @@ def test_sqlite_refuses_api_workers_with_exit_2_naming_the_setting(tmp_path: Pat
     (line,) = [ln for ln in run.stderr.splitlines() if ln.startswith("error:")]
     assert "api.workers" in line and "PostgreSQL" in line and "sqlite" in line, line
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_ctrl_c_to_the_process_group_stops_step_and_workers_cleanly(pg_url: str, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (or systemd's stop) reaches the workers too: nothing is
+    respawned, everything exits, the step process says it stopped cleanly."""
+    _reset_pg(pg_url)
+    port = free_port()
+    env = {**os.environ, "SPOTFLEET_DATA_DIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "spotfleet.cli", "up", "--port", str(port), "--db", pg_url,
+                             "--api-workers", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        wait("the API", lambda: _healthy(port), timeout=60)
+        workers = workers_of(proc.pid)
+        assert len(workers) == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "stopped cleanly" in out and "restarting" not in out, out
+    wait("the workers to exit", lambda: all(gone(pid) for pid in workers), timeout=10)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
