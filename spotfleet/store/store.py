@@ -536,15 +536,14 @@ class Store:
 
     def _write_heartbeat(self, s: Session, hb: HeartbeatRecord) -> None:
         # presence: one upsert statement (a read and an update cost every heartbeat a round trip more)
-        table = AgentPresenceRow.__table__
         insert = pg_insert if self.dialect == "postgresql" else sqlite_insert
-        stmt = insert(table).values(instance_id=hb.instance_id, provider_id=hb.provider_id, registered_at=hb.at,
+        stmt = insert(AgentPresenceRow).values(instance_id=hb.instance_id, provider_id=hb.provider_id, registered_at=hb.at,
                                     last_seen=hb.at, info=hb.info)  # fmt: skip
         update: dict[str, Any] = {"last_seen": stmt.excluded.last_seen,
-                                  "provider_id": func.coalesce(stmt.excluded.provider_id, table.c.provider_id)}  # fmt: skip
+                                  "provider_id": func.coalesce(stmt.excluded.provider_id, AgentPresenceRow.provider_id)}  # fmt: skip
         if hb.info:
             update["info"] = stmt.excluded.info
-        s.execute(stmt.on_conflict_do_update(index_elements=[table.c.instance_id], set_=update))
+        s.execute(stmt.on_conflict_do_update(index_elements=[AgentPresenceRow.instance_id], set_=update))
         _upsert_reports(s, hb.reports)
         for e in hb.notices:
             s.add(NoticeRow(provider=e.provider, provider_instance_id=e.provider_instance_id, kind=e.kind.value,
