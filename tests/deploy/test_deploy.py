@@ -50,4 +50,4 @@ def test_the_readmes_replica_config_is_a_valid_config(tmp_path: Path) -> None:
     config = load_config(path, overrides={"api.token": "a-token-long-enough-for-0.0.0.0"})
     assert config.database_url.startswith("postgresql")
     assert config.api.advertise_url is not None and config.api.advertise_url.count(",") == 2
-    assert config.ha.lease_ttl.total_seconds() == 10
+    assert config.ha.lease_ttl.total_seconds() == 10 and config.api.workers == 2
