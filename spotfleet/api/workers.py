@@ -58,22 +58,41 @@ STATE_BYTES = 64 * 1024
 
 class ReplicaState:
     """A JSON document in shared memory: written by the step process, read by its
-    workers (one lock; a few kB; rewritten a few times a second at most)."""
+    workers. A sequence lock, not a shared mutex: a worker killed mid-read must
+    not leave a lock held that the step process's lease thread then waits on
+    forever. The writer makes the sequence odd, writes, makes it even; a reader
+    retries until it copied the document between two equal, even readings."""
 
     def __init__(self, ctx: SpawnContext) -> None:
-        self._buf = ctx.Array(ctypes.c_char, STATE_BYTES)
+        self._seq = ctx.RawValue(ctypes.c_uint64, 0)
+        self._buf = ctx.RawArray(ctypes.c_char, STATE_BYTES)
+        self._writer = threading.Lock()  # the lease thread and the step both publish
+
+    def __getstate__(self) -> dict[str, Any]:  # sent to a spawned worker: the shared blocks, not the lock
+        return {"_seq": self._seq, "_buf": self._buf}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._writer = threading.Lock()
 
     def publish(self, state: dict[str, Any]) -> None:
         data = json.dumps(state, default=str).encode()
         if len(data) >= STATE_BYTES:
             raise ValueError(f"replica state of {len(data)} bytes does not fit in {STATE_BYTES}")
-        with self._buf.get_lock():
+        with self._writer:
+            self._seq.value += 1
             self._buf.value = data
+            self._seq.value += 1
 
     def read(self) -> dict[str, Any]:
-        with self._buf.get_lock():
-            data = self._buf.value
-        return json.loads(data) if data else {}
+        for _ in range(1000):
+            before = self._seq.value
+            if before % 2 == 0:
+                data = self._buf.value
+                if self._seq.value == before:
+                    return json.loads(data) if data else {}
+            time.sleep(0)
+        raise TimeoutError("the replica state stayed mid-write")  # a writer that died mid-write: never on a live step
 
 
 class PublishedLeadership:
