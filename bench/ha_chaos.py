@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs-per-kill", type=int, default=2)
     p.add_argument("--pg", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres", help="admin URL")
     p.add_argument("--seed", type=int, default=15)
+    p.add_argument("--api-workers", type=int, default=0, help="each replica's API worker processes")
     args = p.parse_args(argv)
 
     name = f"spotfleet_chaos_{uuid.uuid4().hex[:8]}"
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ha-chaos-") as tmp:
         cluster = Cluster(database=f"{args.pg.rsplit('/', 1)[0]}/{name}", data_dir=Path(tmp),
-                          replicas=args.replicas, lease_ttl=args.lease_ttl, renew_every=args.renew_every)  # fmt: skip
+                          replicas=args.replicas, lease_ttl=args.lease_ttl, renew_every=args.renew_every,
+                          api_workers=args.api_workers)  # fmt: skip
         try:
             cluster.start_all()
             ids = []
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     failovers = [k.failover_s for k in cluster.kills if k.failover_s is not None]
     figures = {
         "kills": len(failovers), "replicas": args.replicas, "lease_ttl_s": args.lease_ttl,
-        "renew_every_s": args.renew_every, "jobs": len(ids),
+        "renew_every_s": args.renew_every, "jobs": len(ids), "api_workers": args.api_workers,
+        "orphaned_workers": sum(k.orphans for k in cluster.kills),
         "failover_p50_s": round(percentile(failovers, 50), 2), "failover_p99_s": round(percentile(failovers, 99), 2),
         "failover_max_s": round(max(failovers), 2), **found, "wall_s": round(time.monotonic() - started, 1),
     }  # fmt: skip
@@ -79,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("duplicate_launches", "double_binds", "lost_jobs", "leaked_instances", "unknown_instances",
                 "repeated_attempts"):  # fmt: skip
         print(f"  {key:20s} {found[key]}")
+    print(f"  {'orphaned_workers':20s} {figures['orphaned_workers']}")
     print(json.dumps(figures))
     bad = any(found[k] for k in ("duplicate_launches", "double_binds", "lost_jobs", "leaked_instances"))
+    bad = bad or figures["orphaned_workers"] > 0
     return 1 if bad or figures["failover_p99_s"] > 15 else 0
 
 

@@ -31,6 +31,7 @@ class Kill:
     epoch: int
     at: float
     failover_s: float | None = None
+    orphans: int = 0  # its API workers still alive 10 s after it died (must be 0)
 
 
 @dataclass
@@ -113,9 +114,14 @@ class Cluster:
         """kill -9 the leader, time the failover, start a fresh replica on its port."""
         port, h = self.wait_leader()
         proc = self.procs[port]
+        workers = api_workers_of(proc.pid)
         kill = Kill(pid=proc.pid, epoch=int(h["epoch"]), at=time.monotonic())
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        deadline = time.monotonic() + 10
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kill.orphans = sum(alive(w) for w in workers)
         if restart:
             self.start(port)
         self.wait_leader(above_epoch=kill.epoch)
@@ -203,6 +209,33 @@ class Cluster:
             "lost_jobs": len([j for j in jobs if j.state != "succeeded"]),
             "repeated_attempts": len([j for j in jobs if j.attempt != 1]),
         }
+
+
+def api_workers_of(pid: int) -> list[int]:
+    """The live API worker processes (``--api-workers``) of a ``spotfleet up``."""
+    import psutil
+
+    found = []
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.Error:
+        return []
+    for child in children:
+        try:
+            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.Error:  # exited (or a zombie) between the listing and the look
+            pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def chaos_job(name: str, steps: int) -> dict[str, Any]:

@@ -100,8 +100,8 @@ def test_workers_serve_both_replicas_restart_and_die_with_their_step_process(clu
 
     orphans = workers_of(lead_proc.pid)
     kill = cluster.kill_leader(restart=False)
-    assert kill.pid == lead_proc.pid
-    wait("the dead step process's workers to exit", lambda: all(gone(pid) for pid in orphans), timeout=10)
+    assert kill.pid == lead_proc.pid and len(orphans) == 2 and kill.orphans == 0
+    assert all(gone(pid) for pid in orphans), "the dead step process's workers exited"
     new_port, new = cluster.wait_leader(above_epoch=kill.epoch)
     assert new_port == follower and new["replica"] != health["replica"]
     second = cluster.submit(chaos_job("after-failover", 5), port=follower)
