@@ -24,6 +24,10 @@ only the lease, the scheduler and the step.
 
 Workers are started with the ``spawn`` method: a fresh interpreter, no copied
 threads, locks or database connections.
+
+Known gap: ``explain`` served by a worker plans without the spot-availability
+runs the step process has observed in memory (``controller/availability.py``),
+so its forecast column starts from the prior until those runs are stored.
 """
 
 from __future__ import annotations
