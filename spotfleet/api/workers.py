@@ -156,7 +156,7 @@ def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent)
     from spotfleet import redact
-    from spotfleet.decisions import configure_logging
+    from spotfleet.decisions import configure_logging, log_decisions
 
     configure_logging(log_format)
     redact.install()
@@ -172,6 +172,7 @@ def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event
 
     clock = SystemClock()
     store = Store(config.database_url)
+    store.event_listeners.append(log_decisions)  # what agents report, in `up`'s log as without workers
     providers = build_providers(config.providers, cluster=config.cluster, clock=clock, data_dir=config.data_path)
     controller = build_controller(config, store, providers, clock=clock, cls=WorkerController,
                                   controller_url=lambda: str(state.read().get("advertised_url", "")))  # fmt: skip
