@@ -174,6 +174,10 @@ class Store:
         self._fence = threading.local()  # the reconcile step's thread writes fenced (see ``fenced``)
         # Parsed specs of the live jobs, by job id (see ``load_state``).
         self._specs: dict[str, JobSpec] = {}
+        # The live jobs and instances as last converted, by id, with the key that
+        # says whether the row changed since (see ``load_state``); never mutated.
+        self._job_rows: dict[str, tuple[tuple[Any, ...], Job]] = {}
+        self._instance_rows: dict[str, tuple[tuple[Any, ...], Instance]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -582,21 +586,49 @@ class Store:
     # ------------------------------------------------------------ reconciler
 
     def load_state(self, *, recent_terminal: int = 0) -> State:
-        """Non-terminal jobs and live instances, with the inbox."""
+        """Non-terminal jobs and live instances, with the inbox.
+
+        Design choice: a step reads the whole live backlog, and at fleet scale
+        (10,000 pending jobs, 2,000 instances) fetching and converting every row
+        again cost over a second a step (bench/step_profile.py), though almost none
+        changed. So the store keeps the domain objects it converted (``_rows``),
+        keyed by id, with a cheap key read each step — ``version`` (bumped by every
+        ``commit`` that writes the row) plus the columns other writers touch
+        (``cancel_requested``) and the state — and re-reads only rows whose key
+        changed; the caller gets copies it may mutate."""
         with self.session() as s:
-            job_rows = list(s.scalars(
-                select(JobRow).options(defer(JobRow.spec, raiseload=True))
-                .where(JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES]))
-            ))  # fmt: skip
-            specs = self._live_specs(s, [r.id for r in job_rows])
-            jobs = {r.id: convert.job_from_row(r, spec=specs[r.id]) for r in job_rows}
-            inst_rows = s.scalars(
-                select(InstanceRow).where(InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_STATES]))
-            )
-            instances = {r.id: convert.instance_from_row(r) for r in inst_rows}
+            job_keys = s.execute(select(*_JOB_KEY).where(_LIVE_JOB)).all()
+            known_jobs = self._job_rows
+            stale = [k[0] for k in job_keys if (c := known_jobs.get(k[0])) is None or c[0] != tuple(k[1:])]
+            fresh_jobs: dict[str, tuple[tuple[Any, ...], Job]] = {}
+            if stale:
+                specs = self._live_specs(s, stale, keep=False)
+                for chunk in _chunks(stale):
+                    for r in s.scalars(select(JobRow).options(defer(JobRow.spec, raiseload=True))
+                                       .where(JobRow.id.in_(chunk), _LIVE_JOB)):  # fmt: skip
+                        job = convert.job_from_row(r, spec=specs[r.id])
+                        fresh_jobs[r.id] = (_job_key(job), job)
+            job_rows = {k[0]: e for k in job_keys if (e := fresh_jobs.get(k[0]) or known_jobs.get(k[0])) is not None}
+            self._job_rows = job_rows  # one assignment: a concurrent reader sees the old or the new map
+            self._specs = {job_id: e[1].spec for job_id, e in job_rows.items()}
+            jobs = {job_id: convert.copy_job(e[1]) for job_id, e in job_rows.items()}
+
+            inst_keys = s.execute(select(*_INSTANCE_KEY).where(_LIVE_INSTANCE)).all()
+            known_insts = self._instance_rows
+            stale = [k[0] for k in inst_keys if (c := known_insts.get(k[0])) is None or c[0] != tuple(k[1:])]
+            fresh_insts: dict[str, tuple[tuple[Any, ...], Instance]] = {}
+            for chunk in _chunks(stale):
+                for r in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
+                    inst = convert.instance_from_row(r)
+                    fresh_insts[r.id] = (_instance_key(inst), inst)
+            inst_rows = {k[0]: e for k in inst_keys if (e := fresh_insts.get(k[0]) or known_insts.get(k[0])) is not None}
+            self._instance_rows = inst_rows
+            instances = {inst_id: convert.copy_instance(e[1]) for inst_id, e in inst_rows.items()}
+
             reports: dict[tuple[str, int, int], NodeReport] = {}
             if jobs:
-                for r in s.scalars(select(NodeReportRow).where(NodeReportRow.job_id.in_(list(jobs)))):
+                live_ids = select(JobRow.id).where(_LIVE_JOB)
+                for r in s.scalars(select(NodeReportRow).where(NodeReportRow.job_id.in_(live_ids))):
                     job = jobs.get(r.job_id)
                     if job is None or r.attempt != job.attempt:
                         continue
@@ -607,10 +639,15 @@ class Store:
                         progress={k: v for k, v in (r.progress or {}).items() if k != NODE_ERROR_KEY},
                         reported_at=r.reported_at, message=r.message, node_error=(r.progress or {}).get(NODE_ERROR_KEY),
                     )  # fmt: skip
-            presence = {
-                r.instance_id: AgentPresence(r.instance_id, r.registered_at, r.last_seen, mig_unfit_of(r.info))
-                for r in s.scalars(select(AgentPresenceRow).where(AgentPresenceRow.instance_id.in_(list(instances))))
-            } if instances else {}  # fmt: skip
+            presence: dict[str, AgentPresence] = {}
+            if instances:  # only the part of the agent's info the planner reads (not its telemetry)
+                query = select(AgentPresenceRow.instance_id, AgentPresenceRow.registered_at,
+                               AgentPresenceRow.last_seen, AgentPresenceRow.info["partitions"]).where(
+                    AgentPresenceRow.instance_id.in_(select(InstanceRow.id).where(_LIVE_INSTANCE)))  # fmt: skip
+                for inst_id, registered_at, last_seen, parts in s.execute(query):
+                    if inst_id in instances:
+                        unfit = mig_unfit_of({"partitions": parts}) if parts else ()
+                        presence[inst_id] = AgentPresence(inst_id, registered_at, last_seen, unfit)
             notices = [
                 PendingNotice(r.id, InstanceEvent(
                     provider=r.provider, provider_instance_id=r.provider_instance_id, kind=NoticeKind(r.kind),
@@ -632,8 +669,8 @@ class Store:
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
-        for k in range(0, len(missing), 900):  # under SQLite's bound-parameter limit
-            query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(missing[k : k + 900]))
+        for chunk in _chunks(missing):
+            query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(chunk))
             fresh.update((job_id, JobSpec.model_validate(spec)) for job_id, spec in s.execute(query))
         specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
         if keep:
@@ -648,16 +685,19 @@ class Store:
             for inst, token in changes.new_instances:
                 s.add(convert.instance_to_row(inst, agent_token_hash=hash_token(token)))
             s.flush()
-            for job in changes.jobs:
-                s.execute(update(JobRow).where(JobRow.id == job.id).values(**convert.job_lifecycle_values(job)))
-            for inst in changes.instances:
-                s.execute(
-                    update(InstanceRow)
-                    .where(InstanceRow.id == inst.id)
-                    .values(**convert.instance_lifecycle_values(inst))
-                )
-            for inst in [*changes.instances, *(i for i, _ in changes.new_instances)]:
-                _sync_billing(s, inst, now)
+            # one executemany per table (bulk UPDATE by primary key), not a statement per row
+            if changes.jobs:
+                s.execute(update(JobRow), [{"id": job.id, **convert.job_lifecycle_values(job)} for job in changes.jobs])
+            if changes.instances:
+                s.execute(update(InstanceRow),
+                          [{"id": inst.id, **convert.instance_lifecycle_values(inst)} for inst in changes.instances])  # fmt: skip
+            billed = [*changes.instances, *(i for i, _ in changes.new_instances)]
+            segments: dict[str, list[BillingSegmentRow]] = {}
+            for chunk in _chunks([i.id for i in billed if i.launched_at is not None]):
+                for seg in s.scalars(select(BillingSegmentRow).where(BillingSegmentRow.instance_id.in_(chunk))):
+                    segments.setdefault(seg.instance_id, []).append(seg)
+            for inst in billed:
+                _sync_billing(s, inst, now, segments.get(inst.id, []))
             for a in changes.attempts_started:
                 s.add(JobAttemptRow(
                     job_id=a.job_id, attempt=a.attempt, node_rank=a.node_rank, instance_id=a.instance_id,
@@ -695,6 +735,12 @@ class Store:
                 else:
                     row.until, row.reason = until, reason
 
+        # the rows now hold version + 1 (``convert.*_lifecycle_values``): so do the objects,
+        # so that a second commit of the same object in this step writes version + 2
+        for job in changes.jobs:
+            job.version += 1
+        for inst in [*changes.instances, *(i for i, _ in changes.new_instances)]:
+            inst.version += 1
         if changes.events:
             for listener in self.event_listeners:
                 listener(changes.events)
@@ -794,13 +840,35 @@ class Store:
         ]  # fmt: skip
 
 
-def _sync_billing(s: Session, inst: Instance, now: datetime) -> None:
+_LIVE_JOB = JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES])
+_LIVE_INSTANCE = InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_STATES])
+# What says a cached row is still current: every ``commit`` bumps ``version``; the
+# API writes ``cancel_requested`` without it; the rest is belt and braces.
+_JOB_KEY = (JobRow.id, JobRow.version, JobRow.cancel_requested, JobRow.state, JobRow.state_since, JobRow.attempt)
+_INSTANCE_KEY = (InstanceRow.id, InstanceRow.version, InstanceRow.state, InstanceRow.state_since)
+
+
+def _job_key(job: Job) -> tuple[Any, ...]:
+    return (job.version, job.cancel_requested, job.state.value, job.state_since, job.attempt)
+
+
+def _instance_key(inst: Instance) -> tuple[Any, ...]:
+    return (inst.version, inst.state.value, inst.state_since)
+
+
+def _chunks(ids: Sequence[str], size: int = 900) -> Iterator[Sequence[str]]:
+    """``ids`` in slices under SQLite's bound-parameter limit."""
+    for k in range(0, len(ids), size):
+        yield ids[k : k + size]
+
+
+def _sync_billing(s: Session, inst: Instance, now: datetime, segments: list[BillingSegmentRow]) -> None:
     """Keep billing segments in step with the instance: one open segment while it
     is paid for, closed when it terminates, split when its price changes. An
-    instance launched and gone within one step still gets its (closed) segment."""
+    instance launched and gone within one step still gets its (closed) segment.
+    ``segments``: the instance's segments in the store (read for the whole commit at once)."""
     if inst.launched_at is None:
         return  # never accepted by the cloud: nothing was paid
-    segments = list(s.scalars(select(BillingSegmentRow).where(BillingSegmentRow.instance_id == inst.id)))
     open_seg = next((seg for seg in segments if seg.end is None), None)
     ended = inst.state in TERMINAL_INSTANCE_STATES
     end = max(inst.terminated_at or now, inst.launched_at) if ended else None
