@@ -10,6 +10,7 @@ writes only submissions, cancel requests and the agent inbox tables.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -669,9 +670,17 @@ class Store:
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
+        # A batch submission stores the same spec many times: validate each distinct
+        # one once (``JobSpec`` is frozen and its validation depends on its JSON only).
+        parsed: dict[str, JobSpec] = {}
         for chunk in _chunks(missing):
             query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(chunk))
-            fresh.update((job_id, JobSpec.model_validate(spec)) for job_id, spec in s.execute(query))
+            for job_id, data in s.execute(query):
+                text_ = json.dumps(data, sort_keys=True, separators=(",", ":"))
+                spec = parsed.get(text_)
+                if spec is None:
+                    spec = parsed[text_] = JobSpec.model_validate(data)
+                fresh[job_id] = spec
         specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
         if keep:
             self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
