@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
@@ -43,24 +43,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import create_engine, text
 
-from spotfleet.clock import FakeClock  # noqa: E402
-from spotfleet.controller import controller as controller_module  # noqa: E402
-from spotfleet.controller import partitions  # noqa: E402
-from spotfleet.controller import plan as plan_module  # noqa: E402
-from spotfleet.controller.controller import Controller  # noqa: E402
-from spotfleet.controller.settings import PlanSettings  # noqa: E402
-from spotfleet.model.instance import Instance, InstanceState  # noqa: E402
-from spotfleet.model.snapshot import sequential_ids  # noqa: E402
-from spotfleet.model.spec import parse_spec  # noqa: E402
-from spotfleet.policies.knobs import DEFAULT_KNOBS  # noqa: E402
-from spotfleet.policies.spotfleet import SpotfleetPolicy  # noqa: E402
-from spotfleet.providers.fake import FakeProvider, gpu_offering  # noqa: E402
-from spotfleet.providers.local import local_offerings  # noqa: E402
-from spotfleet.store import Store  # noqa: E402
-from spotfleet.store.store import Changes  # noqa: E402
-from spotfleet.wire import RegisterRequest  # noqa: E402
+from spotfleet.clock import FakeClock
+from spotfleet.controller import controller as controller_module
+from spotfleet.controller import partitions
+from spotfleet.controller import plan as plan_module
+from spotfleet.controller.controller import Controller
+from spotfleet.controller.settings import PlanSettings
+from spotfleet.model.instance import Instance, InstanceState
+from spotfleet.model.snapshot import sequential_ids
+from spotfleet.model.spec import parse_spec
+from spotfleet.policies.knobs import DEFAULT_KNOBS
+from spotfleet.policies.spotfleet import SpotfleetPolicy
+from spotfleet.providers.fake import FakeProvider, gpu_offering
+from spotfleet.providers.local import local_offerings
+from spotfleet.store import Store
+from spotfleet.store.store import Changes
+from spotfleet.wire import RegisterRequest
 
 SPEC = {"name": "backlog", "command": "true", "priority": "opportunistic", "resources": {"gpu_types": ["B300"]}}
 TOKEN = "bench-agent-"

@@ -622,7 +622,9 @@ class Store:
                 for r in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
                     inst = convert.instance_from_row(r)
                     fresh_insts[r.id] = (_instance_key(inst), inst)
-            inst_rows = {k[0]: e for k in inst_keys if (e := fresh_insts.get(k[0]) or known_insts.get(k[0])) is not None}
+            inst_rows = {
+                k[0]: e for k in inst_keys if (e := fresh_insts.get(k[0]) or known_insts.get(k[0])) is not None
+            }
             self._instance_rows = inst_rows
             instances = {inst_id: convert.copy_instance(e[1]) for inst_id, e in inst_rows.items()}
 
