@@ -598,42 +598,14 @@ class Store:
         (``cancel_requested``) and the state — and re-reads only rows whose key
         changed; the caller gets copies it may mutate."""
         with self.session() as s:
-            job_keys = s.execute(select(*_JOB_KEY).where(_LIVE_JOB)).all()
-            known_jobs = self._job_rows
-            stale = [k[0] for k in job_keys if (c := known_jobs.get(k[0])) is None or c[0] != tuple(k[1:])]
-            fresh_jobs: dict[str, tuple[tuple[Any, ...], Job]] = {}
-            if stale:
-                specs = self._live_specs(s, stale, keep=False)
-                for chunk in _chunks(stale):
-                    for r in s.scalars(select(JobRow).options(defer(JobRow.spec, raiseload=True))
-                                       .where(JobRow.id.in_(chunk), _LIVE_JOB)):  # fmt: skip
-                        job = convert.job_from_row(r, spec=specs[r.id])
-                        fresh_jobs[r.id] = (_job_key(job), job)
-            job_rows = {k[0]: e for k in job_keys if (e := fresh_jobs.get(k[0]) or known_jobs.get(k[0])) is not None}
-            self._job_rows = job_rows  # one assignment: a concurrent reader sees the old or the new map
-            self._specs = {job_id: e[1].spec for job_id, e in job_rows.items()}
-            jobs = {job_id: convert.copy_job(e[1]) for job_id, e in job_rows.items()}
-
-            inst_keys = s.execute(select(*_INSTANCE_KEY).where(_LIVE_INSTANCE)).all()
-            known_insts = self._instance_rows
-            stale = [k[0] for k in inst_keys if (c := known_insts.get(k[0])) is None or c[0] != tuple(k[1:])]
-            fresh_insts: dict[str, tuple[tuple[Any, ...], Instance]] = {}
-            for chunk in _chunks(stale):
-                for r in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
-                    inst = convert.instance_from_row(r)
-                    fresh_insts[r.id] = (_instance_key(inst), inst)
-            inst_rows = {
-                k[0]: e for k in inst_keys if (e := fresh_insts.get(k[0]) or known_insts.get(k[0])) is not None
-            }
-            self._instance_rows = inst_rows
-            instances = {inst_id: convert.copy_instance(e[1]) for inst_id, e in inst_rows.items()}
-
+            jobs = self._live_jobs(s)
+            instances = self._live_instances(s)
             reports: dict[tuple[str, int, int], NodeReport] = {}
             if jobs:
                 live_ids = select(JobRow.id).where(_LIVE_JOB)
                 for r in s.scalars(select(NodeReportRow).where(NodeReportRow.job_id.in_(live_ids))):
-                    job = jobs.get(r.job_id)
-                    if job is None or r.attempt != job.attempt:
+                    owner = jobs.get(r.job_id)
+                    if owner is None or r.attempt != owner.attempt:
                         continue
                     reports[(r.job_id, r.attempt, r.node_rank)] = NodeReport(
                         job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, instance_id=r.instance_id,
@@ -660,6 +632,40 @@ class Store:
             ]  # fmt: skip
             unavailable = {r.key: r.until for r in s.scalars(select(UnavailableOfferingRow))}
             return State(jobs, instances, reports, presence, notices, unavailable)
+
+    def _live_jobs(self, s: Session) -> dict[str, Job]:
+        """Copies of the live jobs, converting only the rows whose key moved (``load_state``)."""
+        keys = s.execute(select(*_JOB_KEY).where(_LIVE_JOB)).all()
+        known = self._job_rows
+        stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
+        fresh: dict[str, tuple[tuple[Any, ...], Job]] = {}
+        if stale:
+            specs = self._live_specs(s, stale, keep=False)
+            for chunk in _chunks(stale):
+                query = (
+                    select(JobRow).options(defer(JobRow.spec, raiseload=True)).where(JobRow.id.in_(chunk), _LIVE_JOB)
+                )
+                for r in s.scalars(query):
+                    job = convert.job_from_row(r, spec=specs[r.id])
+                    fresh[r.id] = (_job_key(job), job)
+        rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
+        self._job_rows = rows  # one assignment: a concurrent reader sees the old or the new map
+        self._specs = {job_id: e[1].spec for job_id, e in rows.items()}
+        return {job_id: convert.copy_job(e[1]) for job_id, e in rows.items()}
+
+    def _live_instances(self, s: Session) -> dict[str, Instance]:
+        """Copies of the live instances, converting only the rows whose key moved (``load_state``)."""
+        keys = s.execute(select(*_INSTANCE_KEY).where(_LIVE_INSTANCE)).all()
+        known = self._instance_rows
+        stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
+        fresh: dict[str, tuple[tuple[Any, ...], Instance]] = {}
+        for chunk in _chunks(stale):
+            for r in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
+                inst = convert.instance_from_row(r)
+                fresh[r.id] = (_instance_key(inst), inst)
+        rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
+        self._instance_rows = rows
+        return {inst_id: convert.copy_instance(e[1]) for inst_id, e in rows.items()}
 
     def _live_specs(self, s: Session, job_ids: list[str], *, keep: bool = True) -> dict[str, JobSpec]:
         """The parsed specs of ``job_ids``, reading and validating only those not seen
