@@ -301,7 +301,7 @@ class Store:
             query = query.offset(offset)
         with self.session() as s:
             rows = list(s.scalars(query))
-            specs = self._live_specs(s, [r.id for r in rows], keep=False)
+            specs = self._live_specs(s, [r.id for r in rows])
             out = [convert.job_from_row(r, spec=specs[r.id]) for r in rows]
         return out[::-1] if newest else out
 
@@ -592,7 +592,8 @@ class Store:
         Design choice: a step reads the whole live backlog, and at fleet scale
         (10,000 pending jobs, 2,000 instances) fetching and converting every row
         again cost over a second a step (bench/step_profile.py), though almost none
-        changed. So the store keeps the domain objects it converted (``_rows``),
+        changed. So the store keeps the domain objects it converted (``_job_rows``,
+        ``_instance_rows``),
         keyed by id, with a cheap key read each step — ``version`` (bumped by every
         ``commit`` that writes the row) plus the columns other writers touch
         (``cancel_requested``) and the state — and re-reads only rows whose key
@@ -640,7 +641,7 @@ class Store:
         stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
         fresh: dict[str, tuple[tuple[Any, ...], Job]] = {}
         if stale:
-            specs = self._live_specs(s, stale, keep=False)
+            specs = self._live_specs(s, stale)
             for chunk in _chunks(stale):
                 query = (
                     select(JobRow).options(defer(JobRow.spec, raiseload=True)).where(JobRow.id.in_(chunk), _LIVE_JOB)
@@ -667,14 +668,12 @@ class Store:
         self._instance_rows = rows
         return {inst_id: convert.copy_instance(e[1]) for inst_id, e in rows.items()}
 
-    def _live_specs(self, s: Session, job_ids: list[str], *, keep: bool = True) -> dict[str, JobSpec]:
-        """The parsed specs of ``job_ids``, reading and validating only those not seen
-        by the last call. A spec never changes after submission (``JobSpec`` is frozen
-        and no statement updates the column), so a step re-reads only the new jobs'
-        specs instead of fetching and validating the whole backlog's JSON each time;
-        the cache keeps exactly the jobs asked for (the live ones), so it never grows
-        past the backlog. ``keep=False`` (listings, which include finished jobs): use
-        the cache, change nothing."""
+    def _live_specs(self, s: Session, job_ids: list[str]) -> dict[str, JobSpec]:
+        """The parsed specs of ``job_ids``, reading and validating only those the
+        store does not hold already (``_specs``: the live jobs', kept by ``_live_jobs``).
+        A spec never changes after submission (``JobSpec`` is frozen and no statement
+        updates the column), so a step re-reads only the new jobs' specs instead of
+        fetching and validating the whole backlog's JSON each time."""
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
@@ -689,10 +688,7 @@ class Store:
                 if spec is None:
                     spec = parsed[text_] = JobSpec.model_validate(data)
                 fresh[job_id] = spec
-        specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
-        if keep:
-            self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
-        return specs
+        return {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
 
     def commit(self, changes: Changes, *, now: datetime) -> None:
         """Write one step's decisions atomically (billing segments follow instances)."""
