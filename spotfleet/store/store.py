@@ -19,7 +19,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, defer, sessionmaker
 
@@ -677,16 +677,16 @@ class Store:
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
-        # A batch submission stores the same spec many times: validate each distinct
-        # one once (``JobSpec`` is frozen and its validation depends on its JSON only).
+        # A batch submission stores the same spec many times: read the JSON as text
+        # and parse and validate each distinct text once (``JobSpec`` is frozen and
+        # depends on its JSON only).
         parsed: dict[str, JobSpec] = {}
         for chunk in _chunks(missing):
-            query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(chunk))
-            for job_id, data in s.execute(query):
-                text_ = json.dumps(data, sort_keys=True, separators=(",", ":"))
+            query = select(JobRow.id, cast(JobRow.spec, Text)).where(JobRow.id.in_(chunk))
+            for job_id, text_ in s.execute(query):
                 spec = parsed.get(text_)
                 if spec is None:
-                    spec = parsed[text_] = JobSpec.model_validate(data)
+                    spec = parsed[text_] = JobSpec.model_validate(json.loads(text_))
                 fresh[job_id] = spec
         return {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
 
