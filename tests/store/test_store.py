@@ -230,3 +230,12 @@ def test_job_and_instance_copies_are_equal_and_independent(clock: FakeClock) -> 
     inst.transition(InstanceState.PROVISIONING, at=clock.now())
     twin_i = copy_instance(inst)
     assert twin_i == inst and twin_i.history is not inst.history
+
+
+def test_identical_specs_of_a_batch_are_validated_once(store: Store, clock: FakeClock) -> None:
+    store.add_jobs([new_job(clock, "job-a", resources={"gpus": 2}), new_job(clock, "job-b", resources={"gpus": 2}),
+                    new_job(clock, "job-c", resources={"gpus": 1})], [])  # fmt: skip
+    jobs = store.load_state().jobs
+    assert jobs["job-a"].spec is jobs["job-b"].spec and jobs["job-a"].spec.resources.gpus == 2
+    assert jobs["job-c"].spec.resources.gpus == 1
+    assert store.get_job("job-b").spec == jobs["job-b"].spec
