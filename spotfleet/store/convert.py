@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Row
+
 from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Binding, Checkpoint, Job, JobState
@@ -35,8 +37,9 @@ def offering_from_dict(d: dict[str, Any]) -> Offering:
     )  # fmt: skip
 
 
-def job_from_row(row: JobRow, *, spec: JobSpec | None = None) -> Job:
-    """``spec``: the row's spec already parsed (the store caches live jobs' specs)."""
+def job_from_row(row: JobRow | Row[Any], *, spec: JobSpec | None = None) -> Job:
+    """``row``: an ORM row, or a Core row of the same columns. ``spec``: the row's
+    spec already parsed (the store caches live jobs' specs)."""
     return Job(
         id=row.id,
         spec=spec if spec is not None else JobSpec.model_validate(row.spec),
@@ -92,7 +95,8 @@ def job_to_row(job: Job) -> JobRow:
     )
 
 
-def instance_from_row(row: InstanceRow) -> Instance:
+def instance_from_row(row: InstanceRow | Row[Any]) -> Instance:
+    """``row``: an ORM row, or a Core row of the same columns."""
     return Instance(
         id=row.id,
         offering=offering_from_dict(row.offering),

@@ -434,9 +434,11 @@ class Store:
         """Spot instance-hours and reclaims per pool: the hazard estimate's evidence."""
         hours: dict[str, float] = {}
         reclaims: dict[str, int] = {}
-        query = select(InstanceRow).where(InstanceRow.market == "spot", InstanceRow.launched_at.is_not(None))
+        query = select(InstanceRow.provider, InstanceRow.instance_type, InstanceRow.zone, InstanceRow.launched_at,
+                       InstanceRow.terminated_at, InstanceRow.notice_kind).where(
+            InstanceRow.market == "spot", InstanceRow.launched_at.is_not(None))  # fmt: skip
         with self.session() as s:
-            for row in s.scalars(query):
+            for row in s.execute(query):
                 key = f"{row.provider}:spot:{row.instance_type}:{row.zone}"
                 assert row.launched_at is not None
                 end = row.terminated_at or now
@@ -642,11 +644,8 @@ class Store:
         fresh: dict[str, tuple[tuple[Any, ...], Job]] = {}
         if stale:
             specs = self._live_specs(s, stale)
-            for chunk in _chunks(stale):
-                query = (
-                    select(JobRow).options(defer(JobRow.spec, raiseload=True)).where(JobRow.id.in_(chunk), _LIVE_JOB)
-                )
-                for r in s.scalars(query):
+            for chunk in _chunks(stale):  # Core rows: no ORM identity map to build for a whole backlog
+                for r in s.execute(select(*_JOB_COLUMNS).where(JobRow.id.in_(chunk), _LIVE_JOB)):
                     job = convert.job_from_row(r, spec=specs[r.id])
                     fresh[r.id] = (_job_key(job), job)
         rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
@@ -661,7 +660,7 @@ class Store:
         stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
         fresh: dict[str, tuple[tuple[Any, ...], Instance]] = {}
         for chunk in _chunks(stale):
-            for r in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
+            for r in s.execute(select(InstanceRow.__table__).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
                 inst = convert.instance_from_row(r)
                 fresh[r.id] = (_instance_key(inst), inst)
         rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
@@ -859,6 +858,7 @@ _LIVE_INSTANCE = InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_ST
 # API writes ``cancel_requested`` without it; the rest is belt and braces.
 _JOB_KEY = (JobRow.id, JobRow.version, JobRow.cancel_requested, JobRow.state, JobRow.state_since, JobRow.attempt)
 _INSTANCE_KEY = (InstanceRow.id, InstanceRow.version, InstanceRow.state, InstanceRow.state_since)
+_JOB_COLUMNS = [c for c in JobRow.__table__.c if c.key != "spec"]  # the spec is read (and cached) apart
 
 
 def _job_key(job: Job) -> tuple[Any, ...]:
