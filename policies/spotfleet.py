@@ -323,6 +323,13 @@ class SpotfleetPolicy:
         groups: dict[tuple[Any, ...], list[Demand]] = {}
         spot_hazard: float | None = None  # the least interruption rate of any spot pool (deadline jobs)
         worth: dict[tuple[Any, ...], str | None] = {}
+        # A backlog is mostly copies of a few specs (a batch submission shares one
+        # ``JobSpec``): what depends on the spec alone is worked out once per spec
+        # object — its shape, economics and hours, and for a job without a deadline
+        # its market and its group (``decide_market`` reads only the spec then).
+        per_spec: dict[int, tuple[Shape, Economics, float | None]] = {}
+        plain: dict[int, MarketDecision] = {}
+        plain_groups: dict[tuple[int, bool], list[Demand]] = {}
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
             # policy asked for (a planned move, a preemption) requeues the job, which is then
@@ -333,14 +340,32 @@ class SpotfleetPolicy:
             if job.cancel_requested:
                 continue
             spec = job.spec
-            skey = _shape_key(spec, forecast)
-            shape = shapes.get(skey)
-            if shape is None:
-                shape = shapes[skey] = shape_of(spec, forecast)
-            ekey = _econ_key(spec, forecast)
-            econ = econs.get(ekey)
-            if econ is None:
-                econ = econs[ekey] = economics_of(job, forecast, knobs)
+            memo = per_spec.get(id(spec))
+            if memo is None:
+                skey = _shape_key(spec, forecast)
+                shape = shapes.get(skey)
+                if shape is None:
+                    shape = shapes[skey] = shape_of(spec, forecast)
+                ekey = _econ_key(spec, forecast)
+                econ = econs.get(ekey)
+                if econ is None:
+                    econ = econs[ekey] = economics_of(job, forecast, knobs)
+                memo = per_spec[id(spec)] = (shape, econ, _known_hours(spec, forecast))
+            shape, econ, hours = memo
+            if spec.deadline is None:
+                decision = plain.get(id(spec))
+                if decision is None:
+                    decision = plain[id(spec)] = decide_market(job, now=now, expected_hours=hours, knobs=knobs)
+                result.markets[job.id] = decision
+                d = Demand(job, shape, decision.markets, econ, urgent=decision.urgent, virtual=virtual,
+                           market_reason=decision.reason)  # fmt: skip
+                members = plain_groups.get((id(spec), virtual))
+                if members is None:
+                    members = plain_groups[(id(spec), virtual)] = groups.setdefault(
+                        (tier(job), not virtual, shape, decision.markets, econ, decision.urgent), []
+                    )
+                members.append(d)
+                continue
             spot_now: bool | None = None
             refused: str | None = None
             slack: SlackOutlook | None = None
@@ -358,7 +383,7 @@ class SpotfleetPolicy:
             decision = decide_market(
                 job,
                 now=now,
-                expected_hours=_known_hours(spec, forecast),
+                expected_hours=hours,
                 knobs=knobs,
                 last_market=_last_market(job, snapshot),
                 spot_available=spot_now,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import Row
+
 from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Binding, Checkpoint, Job, JobState
@@ -35,8 +37,9 @@ def offering_from_dict(d: dict[str, Any]) -> Offering:
     )  # fmt: skip
 
 
-def job_from_row(row: JobRow, *, spec: JobSpec | None = None) -> Job:
-    """``spec``: the row's spec already parsed (the store caches live jobs' specs)."""
+def job_from_row(row: JobRow | Row[Any], *, spec: JobSpec | None = None) -> Job:
+    """``row``: an ORM row, or a Core row of the same columns. ``spec``: the row's
+    spec already parsed (the store caches live jobs' specs)."""
     return Job(
         id=row.id,
         spec=spec if spec is not None else JobSpec.model_validate(row.spec),
@@ -92,7 +95,8 @@ def job_to_row(job: Job) -> JobRow:
     )
 
 
-def instance_from_row(row: InstanceRow) -> Instance:
+def instance_from_row(row: InstanceRow | Row[Any]) -> Instance:
+    """``row``: an ORM row, or a Core row of the same columns."""
     return Instance(
         id=row.id,
         offering=offering_from_dict(row.offering),
@@ -151,3 +155,26 @@ def instance_to_row(inst: Instance, *, agent_token_hash: str) -> InstanceRow:
         agent_token_hash=agent_token_hash,
         **instance_lifecycle_values(inst),
     )
+
+
+def copy_job(job: Job) -> Job:
+    """A copy the caller may mutate without touching ``job`` (the store keeps the
+    live jobs it converted and hands out copies): the mutable containers are new,
+    the rest is immutable (``Binding``, ``TransitionRecord``, ``JobSpec``) or replaced
+    whole, never changed in place."""
+    ckpt = job.checkpoint
+    return Job(
+        job.id, job.spec, job.state, job.created_at, job.state_since, job.attempt, job.failures, job.interruptions,
+        job.bindings, Checkpoint(ckpt.path, ckpt.step, ckpt.at, ckpt.attempt) if ckpt is not None else None,
+        dict(job.progress), job.cancel_requested, job.exit_code, job.message, job.drain_deadline, list(job.history),
+        job.version,
+    )  # fmt: skip
+
+
+def copy_instance(inst: Instance) -> Instance:
+    """A copy the caller may mutate (see ``copy_job``; ``Offering`` is frozen)."""
+    return Instance(
+        inst.id, inst.offering, inst.request_id, inst.state, inst.created_at, inst.state_since, inst.provider_id,
+        inst.launched_at, inst.terminated_at, inst.idle_since, inst.launch_attempts, inst.address, inst.cordoned,
+        inst.reserved_for, inst.notice_kind, inst.notice_deadline, inst.message, list(inst.history), inst.version,
+    )  # fmt: skip

@@ -10,6 +10,7 @@ writes only submissions, cancel requests and the agent inbox tables.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,7 +20,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, create_engine, event, func, select, update
+from sqlalchemy import Engine, Text, cast, create_engine, event, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
@@ -178,6 +179,10 @@ class Store:
         self._fence = threading.local()  # the reconcile step's thread writes fenced (see ``fenced``)
         # Parsed specs of the live jobs, by job id (see ``load_state``).
         self._specs: dict[str, JobSpec] = {}
+        # The live jobs and instances as last converted, by id, with the key that
+        # says whether the row changed since (see ``load_state``); never mutated.
+        self._job_rows: dict[str, tuple[tuple[Any, ...], Job]] = {}
+        self._instance_rows: dict[str, tuple[tuple[Any, ...], Instance]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -300,7 +305,7 @@ class Store:
             query = query.offset(offset)
         with self.session() as s:
             rows = list(s.scalars(query))
-            specs = self._live_specs(s, [r.id for r in rows], keep=False)
+            specs = self._live_specs(s, [r.id for r in rows])
             out = [convert.job_from_row(r, spec=specs[r.id]) for r in rows]
         return out[::-1] if newest else out
 
@@ -433,9 +438,11 @@ class Store:
         """Spot instance-hours and reclaims per pool: the hazard estimate's evidence."""
         hours: dict[str, float] = {}
         reclaims: dict[str, int] = {}
-        query = select(InstanceRow).where(InstanceRow.market == "spot", InstanceRow.launched_at.is_not(None))
+        query = select(InstanceRow.provider, InstanceRow.instance_type, InstanceRow.zone, InstanceRow.launched_at,
+                       InstanceRow.terminated_at, InstanceRow.notice_kind).where(
+            InstanceRow.market == "spot", InstanceRow.launched_at.is_not(None))  # fmt: skip
         with self.session() as s:
-            for row in s.scalars(query):
+            for row in s.execute(query):
                 key = f"{row.provider}:spot:{row.instance_type}:{row.zone}"
                 assert row.launched_at is not None
                 end = row.terminated_at or now
@@ -586,23 +593,26 @@ class Store:
     # ------------------------------------------------------------ reconciler
 
     def load_state(self, *, recent_terminal: int = 0) -> State:
-        """Non-terminal jobs and live instances, with the inbox."""
+        """Non-terminal jobs and live instances, with the inbox.
+
+        Design choice: a step reads the whole live backlog, and at fleet scale
+        (10,000 pending jobs, 2,000 instances) fetching and converting every row
+        again cost over a second a step (bench/step_profile.py), though almost none
+        changed. So the store keeps the domain objects it converted (``_job_rows``,
+        ``_instance_rows``),
+        keyed by id, with a cheap key read each step — ``version`` (bumped by every
+        ``commit`` that writes the row) plus the columns other writers touch
+        (``cancel_requested``) and the state — and re-reads only rows whose key
+        changed; the caller gets copies it may mutate."""
         with self.session() as s:
-            job_rows = list(s.scalars(
-                select(JobRow).options(defer(JobRow.spec, raiseload=True))
-                .where(JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES]))
-            ))  # fmt: skip
-            specs = self._live_specs(s, [r.id for r in job_rows])
-            jobs = {r.id: convert.job_from_row(r, spec=specs[r.id]) for r in job_rows}
-            inst_rows = s.scalars(
-                select(InstanceRow).where(InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_STATES]))
-            )
-            instances = {r.id: convert.instance_from_row(r) for r in inst_rows}
+            jobs = self._live_jobs(s)
+            instances = self._live_instances(s)
             reports: dict[tuple[str, int, int], NodeReport] = {}
             if jobs:
-                for r in s.scalars(select(NodeReportRow).where(NodeReportRow.job_id.in_(list(jobs)))):
-                    job = jobs.get(r.job_id)
-                    if job is None or r.attempt != job.attempt:
+                live_ids = select(JobRow.id).where(_LIVE_JOB)
+                for r in s.scalars(select(NodeReportRow).where(NodeReportRow.job_id.in_(live_ids))):
+                    owner = jobs.get(r.job_id)
+                    if owner is None or r.attempt != owner.attempt:
                         continue
                     reports[(r.job_id, r.attempt, r.node_rank)] = NodeReport(
                         job_id=r.job_id, attempt=r.attempt, node_rank=r.node_rank, instance_id=r.instance_id,
@@ -611,10 +621,15 @@ class Store:
                         progress={k: v for k, v in (r.progress or {}).items() if k != NODE_ERROR_KEY},
                         reported_at=r.reported_at, message=r.message, node_error=(r.progress or {}).get(NODE_ERROR_KEY),
                     )  # fmt: skip
-            presence = {
-                r.instance_id: AgentPresence(r.instance_id, r.registered_at, r.last_seen, mig_unfit_of(r.info))
-                for r in s.scalars(select(AgentPresenceRow).where(AgentPresenceRow.instance_id.in_(list(instances))))
-            } if instances else {}  # fmt: skip
+            presence: dict[str, AgentPresence] = {}
+            if instances:  # only the part of the agent's info the planner reads (not its telemetry)
+                query = select(AgentPresenceRow.instance_id, AgentPresenceRow.registered_at,
+                               AgentPresenceRow.last_seen, AgentPresenceRow.info["partitions"]).where(
+                    AgentPresenceRow.instance_id.in_(select(InstanceRow.id).where(_LIVE_INSTANCE)))  # fmt: skip
+                for inst_id, registered_at, last_seen, parts in s.execute(query):
+                    if inst_id in instances:
+                        unfit = mig_unfit_of({"partitions": parts}) if parts else ()
+                        presence[inst_id] = AgentPresence(inst_id, registered_at, last_seen, unfit)
             notices = [
                 PendingNotice(r.id, InstanceEvent(
                     provider=r.provider, provider_instance_id=r.provider_instance_id, kind=NoticeKind(r.kind),
@@ -625,24 +640,58 @@ class Store:
             unavailable = {r.key: r.until for r in s.scalars(select(UnavailableOfferingRow))}
             return State(jobs, instances, reports, presence, notices, unavailable)
 
-    def _live_specs(self, s: Session, job_ids: list[str], *, keep: bool = True) -> dict[str, JobSpec]:
-        """The parsed specs of ``job_ids``, reading and validating only those not seen
-        by the last call. A spec never changes after submission (``JobSpec`` is frozen
-        and no statement updates the column), so a step re-reads only the new jobs'
-        specs instead of fetching and validating the whole backlog's JSON each time;
-        the cache keeps exactly the jobs asked for (the live ones), so it never grows
-        past the backlog. ``keep=False`` (listings, which include finished jobs): use
-        the cache, change nothing."""
+    def _live_jobs(self, s: Session) -> dict[str, Job]:
+        """Copies of the live jobs, converting only the rows whose key moved (``load_state``)."""
+        keys = s.execute(select(*_JOB_KEY).where(_LIVE_JOB)).all()
+        known = self._job_rows
+        stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
+        fresh: dict[str, tuple[tuple[Any, ...], Job]] = {}
+        if stale:
+            specs = self._live_specs(s, stale)
+            for chunk in _chunks(stale):  # Core rows: no ORM identity map to build for a whole backlog
+                for r in s.execute(select(*_JOB_COLUMNS).where(JobRow.id.in_(chunk), _LIVE_JOB)):
+                    job = convert.job_from_row(r, spec=specs[r.id])
+                    fresh[r.id] = (_job_key(job), job)
+        rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
+        self._job_rows = rows  # one assignment: a concurrent reader sees the old or the new map
+        self._specs = {job_id: e[1].spec for job_id, e in rows.items()}
+        return {job_id: convert.copy_job(e[1]) for job_id, e in rows.items()}
+
+    def _live_instances(self, s: Session) -> dict[str, Instance]:
+        """Copies of the live instances, converting only the rows whose key moved (``load_state``)."""
+        keys = s.execute(select(*_INSTANCE_KEY).where(_LIVE_INSTANCE)).all()
+        known = self._instance_rows
+        stale = [k[0] for k in keys if (c := known.get(k[0])) is None or c[0] != tuple(k[1:])]
+        fresh: dict[str, tuple[tuple[Any, ...], Instance]] = {}
+        for chunk in _chunks(stale):
+            for r in s.execute(select(InstanceRow.__table__).where(InstanceRow.id.in_(chunk), _LIVE_INSTANCE)):
+                inst = convert.instance_from_row(r)
+                fresh[r.id] = (_instance_key(inst), inst)
+        rows = {k[0]: e for k in keys if (e := fresh.get(k[0]) or known.get(k[0])) is not None}
+        self._instance_rows = rows
+        return {inst_id: convert.copy_instance(e[1]) for inst_id, e in rows.items()}
+
+    def _live_specs(self, s: Session, job_ids: list[str]) -> dict[str, JobSpec]:
+        """The parsed specs of ``job_ids``, reading and validating only those the
+        store does not hold already (``_specs``: the live jobs', kept by ``_live_jobs``).
+        A spec never changes after submission (``JobSpec`` is frozen and no statement
+        updates the column), so a step re-reads only the new jobs' specs instead of
+        fetching and validating the whole backlog's JSON each time."""
         known = self._specs
         missing = [job_id for job_id in job_ids if job_id not in known]
         fresh: dict[str, JobSpec] = {}
-        for k in range(0, len(missing), 900):  # under SQLite's bound-parameter limit
-            query = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(missing[k : k + 900]))
-            fresh.update((job_id, JobSpec.model_validate(spec)) for job_id, spec in s.execute(query))
-        specs = {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
-        if keep:
-            self._specs = specs  # one assignment: a concurrent reader sees the old or the new map
-        return specs
+        # A batch submission stores the same spec many times: read the JSON as text
+        # and parse and validate each distinct text once (``JobSpec`` is frozen and
+        # depends on its JSON only).
+        parsed: dict[str, JobSpec] = {}
+        for chunk in _chunks(missing):
+            query = select(JobRow.id, cast(JobRow.spec, Text)).where(JobRow.id.in_(chunk))
+            for job_id, text_ in s.execute(query):
+                spec = parsed.get(text_)
+                if spec is None:
+                    spec = parsed[text_] = JobSpec.model_validate(json.loads(text_))
+                fresh[job_id] = spec
+        return {job_id: known.get(job_id) or fresh[job_id] for job_id in job_ids}
 
     def commit(self, changes: Changes, *, now: datetime) -> None:
         """Write one step's decisions atomically (billing segments follow instances)."""
@@ -652,16 +701,19 @@ class Store:
             for inst, token in changes.new_instances:
                 s.add(convert.instance_to_row(inst, agent_token_hash=hash_token(token)))
             s.flush()
-            for job in changes.jobs:
-                s.execute(update(JobRow).where(JobRow.id == job.id).values(**convert.job_lifecycle_values(job)))
-            for inst in changes.instances:
-                s.execute(
-                    update(InstanceRow)
-                    .where(InstanceRow.id == inst.id)
-                    .values(**convert.instance_lifecycle_values(inst))
-                )
-            for inst in [*changes.instances, *(i for i, _ in changes.new_instances)]:
-                _sync_billing(s, inst, now)
+            # one executemany per table (bulk UPDATE by primary key), not a statement per row
+            if changes.jobs:
+                s.execute(update(JobRow), [{"id": job.id, **convert.job_lifecycle_values(job)} for job in changes.jobs])
+            if changes.instances:
+                s.execute(update(InstanceRow),
+                          [{"id": inst.id, **convert.instance_lifecycle_values(inst)} for inst in changes.instances])  # fmt: skip
+            billed = [*changes.instances, *(i for i, _ in changes.new_instances)]
+            segments: dict[str, list[BillingSegmentRow]] = {}
+            for chunk in _chunks([i.id for i in billed if i.launched_at is not None]):
+                for seg in s.scalars(select(BillingSegmentRow).where(BillingSegmentRow.instance_id.in_(chunk))):
+                    segments.setdefault(seg.instance_id, []).append(seg)
+            for inst in billed:
+                _sync_billing(s, inst, now, segments.get(inst.id, []))
             for a in changes.attempts_started:
                 s.add(JobAttemptRow(
                     job_id=a.job_id, attempt=a.attempt, node_rank=a.node_rank, instance_id=a.instance_id,
@@ -699,6 +751,12 @@ class Store:
                 else:
                     row.until, row.reason = until, reason
 
+        # the rows now hold version + 1 (``convert.*_lifecycle_values``): so do the objects,
+        # so that a second commit of the same object in this step writes version + 2
+        for job in changes.jobs:
+            job.version += 1
+        for inst in [*changes.instances, *(i for i, _ in changes.new_instances)]:
+            inst.version += 1
         if changes.events:
             for listener in self.event_listeners:
                 listener(changes.events)
@@ -798,13 +856,36 @@ class Store:
         ]  # fmt: skip
 
 
-def _sync_billing(s: Session, inst: Instance, now: datetime) -> None:
+_LIVE_JOB = JobRow.state.not_in([x.value for x in TERMINAL_JOB_STATES])
+_LIVE_INSTANCE = InstanceRow.state.not_in([x.value for x in TERMINAL_INSTANCE_STATES])
+# What says a cached row is still current: every ``commit`` bumps ``version``; the
+# API writes ``cancel_requested`` without it; the rest is belt and braces.
+_JOB_KEY = (JobRow.id, JobRow.version, JobRow.cancel_requested, JobRow.state, JobRow.state_since, JobRow.attempt)
+_INSTANCE_KEY = (InstanceRow.id, InstanceRow.version, InstanceRow.state, InstanceRow.state_since)
+_JOB_COLUMNS = [c for c in JobRow.__table__.c if c.key != "spec"]  # the spec is read (and cached) apart
+
+
+def _job_key(job: Job) -> tuple[Any, ...]:
+    return (job.version, job.cancel_requested, job.state.value, job.state_since, job.attempt)
+
+
+def _instance_key(inst: Instance) -> tuple[Any, ...]:
+    return (inst.version, inst.state.value, inst.state_since)
+
+
+def _chunks(ids: Sequence[str], size: int = 900) -> Iterator[Sequence[str]]:
+    """``ids`` in slices under SQLite's bound-parameter limit."""
+    for k in range(0, len(ids), size):
+        yield ids[k : k + size]
+
+
+def _sync_billing(s: Session, inst: Instance, now: datetime, segments: list[BillingSegmentRow]) -> None:
     """Keep billing segments in step with the instance: one open segment while it
     is paid for, closed when it terminates, split when its price changes. An
-    instance launched and gone within one step still gets its (closed) segment."""
+    instance launched and gone within one step still gets its (closed) segment.
+    ``segments``: the instance's segments in the store (read for the whole commit at once)."""
     if inst.launched_at is None:
         return  # never accepted by the cloud: nothing was paid
-    segments = list(s.scalars(select(BillingSegmentRow).where(BillingSegmentRow.instance_id == inst.id)))
     open_seg = next((seg for seg in segments if seg.end is None), None)
     ended = inst.state in TERMINAL_INSTANCE_STATES
     end = max(inst.terminated_at or now, inst.launched_at) if ended else None

@@ -141,3 +141,101 @@ def test_live_jobs_specs_are_parsed_once_and_dropped_when_the_job_ends(store: St
     assert set(store.load_state().jobs) == {"job-2", "job-3"}
     assert set(store._specs) == {"job-2", "job-3"}, "an ended job's spec is not kept"
     assert store.get_job("job-1").spec == first["job-1"].spec
+
+
+def test_load_state_rereads_only_changed_rows_and_hands_out_copies(store: Store, clock: FakeClock) -> None:
+    """The step reloads the live backlog every time; the store keeps what it converted
+    and re-reads a row only when its key (version, cancel flag, state) moved. Every
+    way a row changes must show at the next load, and what a load returns is the
+    caller's to mutate."""
+    store.add_job(new_job(clock, "job-1"))
+    store.add_job(new_job(clock, "job-2"))
+    inst = new_instance(clock)
+    store.commit(Changes(new_instances=[(inst, "t" * 10)]), now=clock.now())
+    assert store.load_state().instances["sf-1"].provider_id is None
+    # the same object written again in the same step (the executor's launch result)
+    inst.provider_id, inst.launch_attempts = "fake-1", 1
+    store.commit(Changes(instances=[inst]), now=clock.now())
+    first = store.load_state()
+    assert first.instances["sf-1"].provider_id == "fake-1" and first.instances["sf-1"].launch_attempts == 1
+    template = store._job_rows["job-2"][1]
+
+    # mutating what a load returned changes nothing for the next load
+    job = first.jobs["job-1"]
+    job.progress["step"] = 7
+    job.transition(JobState.CANCELLED, at=clock.now(), reason="not committed")
+    first.instances["sf-1"].message = "scratch"
+    again = store.load_state()
+    assert again.jobs["job-1"].state is JobState.PENDING and again.jobs["job-1"].progress == {}
+    assert again.jobs["job-1"].history == [] and again.instances["sf-1"].message == ""
+    assert store._job_rows["job-2"][1] is template, "an unchanged row is not re-read"
+
+    # a commit, then a second commit of the same object (same step): the last write shows
+    clock.advance(1)
+    job = again.jobs["job-1"]
+    job.attempt = 1
+    job.bindings = (Binding(0, "sf-1", (0,)),)
+    job.transition(JobState.BOUND, at=clock.now(), reason="placed")
+    store.commit(Changes(jobs=[job]), now=clock.now())
+    assert store.load_state().jobs["job-1"].state is JobState.BOUND  # a reader in between (`explain`)
+    job.message = "launch failed"  # state, attempt and state_since unchanged: only the version says so
+    store.commit(Changes(jobs=[job]), now=clock.now())
+    third = store.load_state()
+    assert third.jobs["job-1"].state is JobState.BOUND and third.jobs["job-1"].message == "launch failed"
+    assert third.jobs["job-1"].bindings == (Binding(0, "sf-1", (0,)),)
+
+    # the API's cancel flag (no version bump)
+    store.request_cancel("job-2")
+    assert store.load_state().jobs["job-2"].cancel_requested
+
+    # another writer (a replica, a restarted process) with its own cache
+    other = Store(store.url)
+    try:
+        theirs = other.load_state().jobs["job-1"]
+        theirs.message = "written elsewhere"
+        other.commit(Changes(jobs=[theirs]), now=clock.now())
+    finally:
+        other.close()
+    assert store.load_state().jobs["job-1"].message == "written elsewhere"
+
+    # presence: the planner's part of the agent's info, and the newest last_seen
+    store.record_presence("sf-1", provider_id="fake-1", at=clock.now(),
+                          info={"partitions": {"mig": {"unfit": {"*": "no MIG"}}}, "telemetry": {"gpus": []}})  # fmt: skip
+    clock.advance(30)
+    store.record_presence("sf-1", provider_id=None, at=clock.now(), info={})
+    p = store.load_state().presence["sf-1"]
+    assert p.mig_unfit == (("*", "no MIG"),) and p.last_seen == clock.now()
+
+    # a job that ends leaves the cache
+    done = store.load_state().jobs["job-2"]
+    done.transition(JobState.CANCELLED, at=clock.now(), reason="cancelled")
+    store.commit(Changes(jobs=[done]), now=clock.now())
+    assert set(store.load_state().jobs) == {"job-1"} and set(store._job_rows) == {"job-1"}
+
+
+def test_job_and_instance_copies_are_equal_and_independent(clock: FakeClock) -> None:
+    from spotfleet.model.job import Checkpoint
+    from spotfleet.store.convert import copy_instance, copy_job
+
+    job = new_job(clock)
+    job.checkpoint = Checkpoint("/ckpt", 3, clock.now(), 1)
+    job.progress = {"step": 3}
+    job.transition(JobState.BOUND, at=clock.now(), reason="placed")
+    job.version = 4
+    twin = copy_job(job)
+    assert twin == job and twin.history is not job.history and twin.progress is not job.progress
+    assert twin.checkpoint is not job.checkpoint
+    inst = new_instance(clock)
+    inst.cordoned, inst.reserved_for, inst.version = True, "job-9", 2
+    inst.transition(InstanceState.PROVISIONING, at=clock.now())
+    twin_i = copy_instance(inst)
+    assert twin_i == inst and twin_i.history is not inst.history
+
+
+def test_identical_specs_of_a_batch_are_validated_once(store: Store, clock: FakeClock) -> None:
+    store.add_jobs([new_job(clock, "job-a", resources={"gpus": 2}), new_job(clock, "job-b", resources={"gpus": 2}),
+                    new_job(clock, "job-c", resources={"gpus": 1})], [])  # fmt: skip
+    jobs = store.load_state().jobs
+    assert jobs["job-a"].spec is jobs["job-b"].spec and jobs["job-a"].spec.resources.gpus == 2
+    assert jobs["job-c"].spec.resources.gpus == 1
+    assert store.get_job("job-b").spec == jobs["job-b"].spec
