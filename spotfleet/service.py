@@ -95,7 +95,7 @@ class Service:
         self.log_format = log_format
         data_dir = config.data_path
         private_dir(data_dir)
-        self.store = Store(config.database_url)
+        self.store = Store(config.database_url, idle_in_transaction=config.ha.lease_ttl)
         if config.api.workers and self.store.dialect != "postgresql":
             self.store.close()
             raise InvalidSpec("api.workers", f"API worker processes need PostgreSQL; {self.store.safe_url} is "

@@ -171,7 +171,7 @@ def serve(config: Config, sock: socket.socket, state: ReplicaState, ready: Event
     from spotfleet.store.wakes import Notifier
 
     clock = SystemClock()
-    store = Store(config.database_url)
+    store = Store(config.database_url, idle_in_transaction=config.ha.lease_ttl)
     store.event_listeners.append(log_decisions)  # what agents report, in `up`'s log as without workers
     providers = build_providers(config.providers, cluster=config.cluster, clock=clock, data_dir=config.data_path)
     controller = build_controller(config, store, providers, clock=clock, cls=WorkerController,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Protocol
 
@@ -144,7 +144,12 @@ class Fence(Protocol):
 class Store:
     """SQLite by default, PostgreSQL by URL; schema managed by Alembic."""
 
-    def __init__(self, url: str, *, echo: bool = False) -> None:
+    def __init__(self, url: str, *, echo: bool = False, idle_in_transaction: timedelta | None = None) -> None:
+        """``idle_in_transaction`` (PostgreSQL): the server ends a transaction whose
+        client has sent nothing for that long. A replica frozen (SIGSTOP, a GC or VM
+        pause) inside a step's transaction holds the lease row ``FOR SHARE``, and a
+        successor's take-over waits for it: without this limit, for as long as the
+        freeze lasts. The service sets it to the lease TTL."""
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
         from spotfleet.errors import InvalidSpec
@@ -163,6 +168,9 @@ class Store:
         kwargs: dict[str, Any] = {"echo": echo, "future": True}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        elif idle_in_transaction is not None:
+            ms = max(1, int(idle_in_transaction.total_seconds() * 1000))
+            kwargs["connect_args"] = {"options": f"-c idle_in_transaction_session_timeout={ms}"}
         try:
             with requires("postgres", "a PostgreSQL database"):
                 self.engine: Engine = create_engine(self.url, **kwargs)
