@@ -50,13 +50,8 @@ class SlackOutlook:
     need_sd_h: float
     pressure: float  # P(need > spendable)
     value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes
-    reclaim_cost_h: float  # expected slack one reclaim costs on a spot-only path (restart + wait for spot)
+    reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
-    reclaim_price_h: float = -1.0  # slack one reclaim costs given the job's response to an outage (see ``outlook``)
-
-    def __post_init__(self) -> None:
-        if self.reclaim_price_h < 0:
-            object.__setattr__(self, "reclaim_price_h", self.reclaim_cost_h)
 
     def describe(self) -> str:
         return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
@@ -95,27 +90,7 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m,
-                        reclaim_price(pressure=pressure, restart_h=d, unavailable=q, outage_h=m))  # fmt: skip
-
-
-def reclaim_price(*, pressure: float, restart_h: float, unavailable: float, outage_h: float) -> float:
-    """Slack one reclaim costs, given what the job does when it finds no spot.
-
-    A reclaim always pays a restart ``d``. With probability ``q`` (no zone left)
-    the market is down; a job that waits for it spends the outage (mean ``m``).
-    But where the slack is more likely than not to run out and outages outlast
-    a round trip through on-demand (``p ≥ ½``, ``m > 2d``) the policy does not
-    wait (``market.deadline_market``): it restarts on on-demand — that restart
-    replaces the spot one — and pays one more restart to come back, so the
-    outage costs ``d`` of slack, not ``m`` (the hours on on-demand meanwhile are
-    hours the job would otherwise buy on on-demand when its slack runs out).
-    This is the price of a reclaim wherever slack is priced (the choice of spot,
-    a return to spot, a migration); ``reclaim_cost_h`` stays the spot-only
-    path's, which the pressure and the pacing rule read."""
-    d, q, m = restart_h, unavailable, outage_h
-    extra = d if pressure >= 0.5 and m > 2.0 * d else m
-    return d + q * extra
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m)
 
 
 def return_to_spot_pays(
@@ -132,9 +107,9 @@ def return_to_spot_pays(
     Gain: the on-demand premium saved while the spot run lasts (its expected
     length ``1/λ``, at most the work left) less its restart. Cost: the restart
     paid at the spot price, and in slack that restart plus the one the spot
-    run's reclaim will cost (``reclaim_price_h``), each hour priced at
+    run's reclaim will cost (``reclaim_cost_h``), each hour priced at
     ``value_per_h``. The caller moves only when gain > cost."""
     life = 1.0 / hazard_per_h if hazard_per_h > 0 else work_left_h
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
-    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_price_h)
+    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
     return gain, cost

@@ -54,33 +54,6 @@ def test_returning_to_spot_must_pay_for_its_restarts_and_slack() -> None:
     assert short[0] < short[1]  # 15 min runs: the restarts eat the saving
 
 
-def test_a_reclaim_is_priced_at_the_jobs_own_outage_response() -> None:
-    # Half the time no zone has spot and outages last 2 h (> a round trip, 2 × 0.2 h); 1 h of slack against
-    # ~19 h expected: behind. The policy does not wait such outages out (market.deadline_market: on-demand,
-    # then back), so a reclaim costs its restart plus, when the market is down, one more restart (0.2 + 0.5 ×
-    # 0.2 h) — not the 2 h wait of a spot-only path (0.2 + 0.5 × 2 h), which the pressure still reads.
-    flaky = SpotSupply(availability=0.5, mean_up_h=2.0, mean_down_h=2.0)
-    behind = outlook(spendable_h=1.0, work_left_h=20.0, hazard_per_h=0.8, supply=flaky, restart_h=0.2,
-                     premium_per_h=2.0)  # fmt: skip
-    assert behind.pressure > 0.95
-    assert math.isclose(behind.reclaim_cost_h, 0.2 + 0.5 * 2.0)
-    assert math.isclose(behind.reclaim_price_h, 0.2 + 0.5 * 0.2)
-    # so a spot run of 1.25 h expected (hazard 0.8/h) pays its way back from on-demand: $2.10 saved against
-    # $0.20 of restart and 0.5 h of slack at ~$1.97/h (priced at the 2 h wait: $2.96, and it stayed)
-    gain, cost = return_to_spot_pays(behind, premium_per_h=2.0, spot_price=1.0, hazard_per_h=0.8, work_left_h=20.0,
-                                     restart_h=0.2)  # fmt: skip
-    assert math.isclose(gain, 2.0 * (1.25 - 0.2)) and math.isclose(cost, 0.2 + behind.value_per_h * (0.2 + 0.3))
-    assert gain > cost
-    # where the job does wait — slack to spare, or outages shorter than a round trip — the wait is the price
-    ahead = outlook(spendable_h=30.0, work_left_h=20.0, hazard_per_h=0.8, supply=flaky, restart_h=0.2,
-                    premium_per_h=2.0)  # fmt: skip
-    assert ahead.pressure < 0.5 and math.isclose(ahead.reclaim_price_h, ahead.reclaim_cost_h)
-    blips = SpotSupply(availability=0.5, mean_up_h=2.0, mean_down_h=0.3)
-    short = outlook(spendable_h=1.0, work_left_h=20.0, hazard_per_h=0.8, supply=blips, restart_h=0.2,
-                    premium_per_h=2.0)  # fmt: skip
-    assert short.pressure > 0.5 and math.isclose(short.reclaim_price_h, 0.2 + 0.5 * 0.3)
-
-
 def test_supply_is_the_prior_run_plus_what_was_seen() -> None:
     prior = SpotSupply.observed(None)
     assert math.isclose(prior.mean_up_h, PRIOR_UP_RUN_H) and math.isclose(prior.mean_down_h, PRIOR_DOWN_RUN_H)
