@@ -5,7 +5,9 @@ starts as ``bench/policy_cost.py --subsets``), runs the policy and the optimum
 (with its schedule) and decomposes both:
 
 - spot / on-demand hours paid and their USD, overlap (two instances billed at once);
-- restarts (each a paid, non-productive restart delay), reclaims;
+- restarts (each a paid, non-productive restart delay), reclaims (the job's
+  interruption notices: ``Bill.reclaimed`` is rarely set, as the drained
+  instance is given back within the notice);
 - hours waited with nothing running;
 - when on-demand was first used, and the slack left then (estimated from the
   bills: progress = paid time minus one restart per instance).
@@ -95,7 +97,9 @@ def policy_breakdown(
         "waited_h": waited,
         "instances": len(bills),
         "starts": job.starts,
-        "reclaims": sum(b.reclaimed for b in bills),
+        # a drained instance is usually given back before the cloud takes it: count the job's notices
+        "reclaims": job.interruptions,
+        "instances_reclaimed": sum(b.reclaimed for b in bills),
         "lost_h": job.lost_seconds / 3600.0,
         "first_od_h": first_od,
         "slack_at_first_od": slack_at_od,
