@@ -1,0 +1,39 @@
+"""bench/cost_breakdown.py: per start, a policy's hours and dollars beside the optimum's (CI-sized traces)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_policy_cost_subsets import ROOT, write_traces
+
+
+def test_breakdown_decomposes_each_start_beside_the_optimum(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(ROOT))
+    sys.modules.pop("bench.cost_breakdown", None)
+    from bench import cost_breakdown
+
+    traces = write_traces(tmp_path / "traces")
+    out = tmp_path / "rows.jsonl"
+    code = cost_breakdown.main(
+        ["--traces", str(traces), "--subsets", "2", "--only", "us-east-1a,us-west-2a", "--starts", "2",
+         "--work-hours", "4", "--deadline-hours", "8", "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["zones"] == ["us-east-1a", "us-west-2a"] for r in rows)
+    for r in rows:
+        mine, best = r["policy"], r["optimal"]
+        assert not mine["missed"] and r["ratio"] >= 1.0 - 1e-9  # the optimum is a lower bound
+        assert mine["spot_usd"] + mine["od_usd"] == pytest.approx(mine["cost"])
+        assert best["spot_usd"] + best["od_usd"] == pytest.approx(best["cost"])
+        # every hour up to the finish is paid or waited (two instances at once count once)
+        paid = mine["spot_h"] + mine["od_h"] - mine["overlap_h"]
+        assert paid + mine["waited_h"] >= mine["finish_h"] - 1e-6
+        assert mine["segments"] and all(s["market"] in ("spot", "on_demand") for s in mine["segments"])
+    assert "us-east-1a,us-west-2a: ratio" in capsys.readouterr().out
