@@ -71,17 +71,23 @@ def tree_cpu(proc: psutil.Process) -> float:
     return total
 
 
-def postgres_cpu() -> float:
-    """CPU seconds of every PostgreSQL process on this machine (the server is local)."""
-    total = 0.0
+def postgres_cpu() -> dict[int, float]:
+    """CPU seconds of each PostgreSQL process on this machine (the server is local), by pid."""
+    out = {}
     for p in psutil.process_iter(["name"]):
         if p.info["name"] in ("postgres", "postmaster"):
             try:
                 t = p.cpu_times()
-                total += t.user + t.system
+                out[p.pid] = t.user + t.system
             except psutil.Error:
                 pass
-    return total
+    return out
+
+
+def cpu_since(before: dict[int, float], after: dict[int, float]) -> float:
+    """What the processes alive at the end used since ``before`` (a backend that
+    exited in between is not counted: a floor, not an exact figure)."""
+    return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
 
 
 def xact_commit(engine: Any, name: str) -> int:
@@ -260,11 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                 "steps": int(n1 - n0), "step_mean_s": round((s1 - s0) / (n1 - n0), 3) if n1 > n0 else None,
                 "transactions_per_heartbeat": round((x1 - x0) / beats, 2) if beats else None,
                 "controller_cpu_cores": round((cpu1 - cpu0) / (w1 - w0), 2),
-                "postgres_cpu_cores": round((pg1 - pg0) / (w1 - w0), 2),
+                "postgres_cpu_cores": round(cpu_since(pg0, pg1) / (w1 - w0), 2),
                 "load_generator_cpu_cores": round((gen1 - gen0) / (w1 - w0), 2),
                 # CPU per heartbeat, steps and lease included: what 1,000 heartbeats/s would need, in cores
                 "controller_cpu_ms_per_heartbeat": round((cpu1 - cpu0) / beats * 1000, 2) if beats else None,
-                "postgres_cpu_ms_per_heartbeat": round((pg1 - pg0) / beats * 1000, 2) if beats else None,
+                "postgres_cpu_ms_per_heartbeat": round(cpu_since(pg0, pg1) / beats * 1000, 2) if beats else None,
             })  # fmt: skip
             with httpx.Client(base_url=url, timeout=60) as c:
                 times = []
