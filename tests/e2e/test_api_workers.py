@@ -21,11 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from tests.conftest import _reset_pg
-from tests.e2e.ha_cluster import Cluster, chaos_job
+from tests.e2e.ha_cluster import Cluster, alive, api_workers_of, chaos_job
 from tests.e2e.test_local_e2e import free_port
 
 pytestmark = [pytest.mark.e2e]
@@ -41,22 +40,11 @@ def wait(what: str, check: object, timeout: float) -> None:
 
 
 def workers_of(pid: int) -> set[int]:
-    """The live API worker processes of a ``spotfleet up`` (spawned interpreters)."""
-    found = set()
-    for child in psutil.Process(pid).children():
-        try:
-            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                found.add(child.pid)
-        except psutil.Error:  # exited (or a zombie) between the listing and the look
-            pass
-    return found
+    return set(api_workers_of(pid))
 
 
 def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not alive(pid)
 
 
 @pytest.fixture
