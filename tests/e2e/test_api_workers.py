@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,18 +24,10 @@ import pytest
 
 from tests.conftest import _reset_pg
 from tests.e2e.ha_cluster import Cluster, alive, api_workers_of, chaos_job
+from tests.e2e.test_ha import wait
 from tests.e2e.test_local_e2e import free_port
 
 pytestmark = [pytest.mark.e2e]
-
-
-def wait(what: str, check: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def workers_of(pid: int) -> set[int]:
