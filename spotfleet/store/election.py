@@ -93,10 +93,12 @@ class Elector:
         if store.dialect == "postgresql":
             # a take-over waits for a frozen leader's step transaction only until the
             # server ends it (the store's idle-in-transaction limit), and never longer
-            # than a TTL at a time: the lease thread must come back to renew or retry
+            # than a TTL at a time: the lease thread must come back to renew or retry; and a
+            # replica frozen inside its own renewal (the row FOR UPDATE) holds it a TTL at most
             wait_ms = max(1, int(ttl.total_seconds() * 1000))
             self._engine = create_engine(store.url, pool_size=1, max_overflow=2, pool_pre_ping=True, pool_timeout=5,
-                                         connect_args={"options": f"-c lock_timeout={wait_ms}"})  # fmt: skip
+                                         connect_args={"options": f"-c lock_timeout={wait_ms} "
+                                                               f"-c idle_in_transaction_session_timeout={wait_ms}"})  # fmt: skip
             self._sessions: Callable[[], Session] = sessionmaker(self._engine)
         else:
             self._sessions = store.session
