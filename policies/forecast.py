@@ -60,22 +60,18 @@ class SpotSupply:
     mean_down_h: float
     up_now: bool = True
     remaining_up_h: float = PRIOR_UP_RUN_H  # expected rest of the current up run, given its age
-    up_for_h: float = 0.0  # how long the current up run has lasted (0 when down)
-    ended_runs: int = 0  # available runs seen to end (0: what is known of the runs is the prior)
 
     @classmethod
     def observed(cls, record: PoolAvailability | None) -> SpotSupply:
         up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1, True
-        remaining, age, ended = PRIOR_UP_RUN_H, 0.0, 0
+        remaining = PRIOR_UP_RUN_H
         if record is not None:
             up += record.up_hours
             down += record.down_hours
             runs += record.ended_runs
             now = record.up_now
             remaining = remaining_life(record.recent_runs_h, record.up_for_h)
-            age = record.up_for_h if record.up_now else 0.0
-            ended = record.ended_runs
-        return cls(up / (up + down), up / runs, down / runs, now, remaining, age, ended)
+        return cls(up / (up + down), up / runs, down / runs, now, remaining)
 
 
 def remaining_life(runs_h: Iterable[float], age_h: float) -> float:

@@ -51,7 +51,6 @@ class Demand:
     urgent: bool = False
     virtual: bool = False
     market_reason: str = ""
-    spot_run_h: float = 0.0  # spot pools whose current run is expected to last less are skipped (slack.run_needed)
 
     @property
     def tenant(self) -> str:
@@ -257,13 +256,7 @@ class Placer:
                 )
                 continue
             ranked = self.index.ranked(shape, markets, econ, group=min(len(pending) + 1, cap_group))
-            need = d0.spot_run_h
-            pos = next((j for j in range(len(ranked)) if self.ledger.can_launch(d0.tenant, ranked.price(j))
-                        and self.index.lasts(ranked[j].offering, need)), None)  # fmt: skip
-            if pos is None and need > 0 and not any(self.index.lasts(s.offering, need) for s in ranked):
-                self._block(d0, "no_offering", f"no spot pool's run is expected to last {need:.2f} h "
-                            "(the run each start must buy for the slack to last)")  # fmt: skip
-                continue
+            pos = next((j for j in range(len(ranked)) if self.ledger.can_launch(d0.tenant, ranked.price(j))), None)
             if pos is None:
                 broke.add(d0.tenant)
                 self._block(
@@ -281,7 +274,7 @@ class Placer:
             cap = self._launch(
                 o,
                 tenant=d0.tenant,
-                alternatives=self._alternatives(ranked, pos, fill=choice.fill, needed_h=d0.spot_run_h),
+                alternatives=self._alternatives(ranked, pos, fill=choice.fill),
                 reason=f"{d0.job.id}: ${choice.cost_per_work:.4f} per unit of work",
             )
             why = f"new {o.market.value} {o.instance_type} in {o.zone} (${choice.cost_per_work:.4f}/unit of work)"
@@ -303,9 +296,7 @@ class Placer:
                     pending.remove(d)
                     self._block(d, "budget", "budget: tenant cap reached")
 
-    def _alternatives(
-        self, ranked: RankTable, pos: int, *, fill: int, zone: str | None = None, needed_h: float = 0.0
-    ) -> tuple[Offering, ...]:
+    def _alternatives(self, ranked: RankTable, pos: int, *, fill: int, zone: str | None = None) -> tuple[Offering, ...]:
         """The next-best offerings that can stand in for ``ranked[pos]``."""
         out: list[Offering] = []
         choice = ranked[pos]
@@ -318,8 +309,6 @@ class Placer:
             if o is choice.offering or o.gpu_count < choice.offering.gpu_count or s.fill < fill:
                 continue
             if zone is not None and o.zone != zone:
-                continue
-            if not self.index.lasts(o, needed_h):
                 continue
             if o.price_per_hour - choice.offering.price_per_hour > room:
                 continue

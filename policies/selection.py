@@ -310,31 +310,6 @@ class OfferingIndex:
         found = self.hazard.get(id(offering))
         return found if found is not None else self.forecast.hazard(offering)
 
-    def run_left_h(self, offering: Offering) -> float:
-        """How much longer a spot pool's current available run is expected to
-        last (hours; 0 when it is down): the mean residual life of the runs seen
-        there at the run's age (``SpotSupply.remaining_up_h``), and at least the
-        age itself — a run that has outlasted every run seen is, as in a heavy
-        tail, expected to go on about as long again. From availability runs
-        only, not the reclaim-count hazard, which starts at the provider prior
-        and takes a day to learn a pool."""
-        supply = self.forecast.pool_supply(offering)
-        if not supply.up_now:
-            return 0.0
-        return max(supply.remaining_up_h, supply.up_for_h)
-
-    def lasts(self, offering: Offering, needed_h: float) -> bool:
-        """Is ``offering`` on-demand, or a spot pool whose current run is expected
-        to last ``needed_h`` (a deadline job's ``slack.run_needed``)? A pool up
-        with no run of it seen to end passes: only evidence refuses a pool,
-        never the prior alone (one pseudo-run, not knowledge of this pool)."""
-        if offering.market is not Market.SPOT or needed_h <= 0:
-            return True
-        supply = self.forecast.pool_supply(offering)
-        if supply.up_now and supply.ended_runs == 0:
-            return True
-        return self.run_left_h(offering) >= needed_h
-
     def _usable(self, offering: Offering) -> bool:
         if not offering.available:
             return False

@@ -52,7 +52,6 @@ class SlackOutlook:
     value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes
     reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
-    run_needed_h: float = 0.0  # the spot run each start must buy for the restarts to fit (``run_needed``)
 
     def describe(self) -> str:
         return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
@@ -91,25 +90,7 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m,
-                        run_needed(spendable_h=spendable_h, work_left_h=work_left_h, restart_h=d))  # fmt: skip
-
-
-def run_needed(*, spendable_h: float, work_left_h: float, restart_h: float) -> float:
-    """How long, on average, each spot run must last for the restarts of the
-    remaining work to fit in the slack the job may spend: ``θ = W·d/S``.
-
-    Every start on spot pays a restart ``d`` of slack; a job whose spot runs
-    average ``L`` hours restarts ``W/L`` times over its remaining work ``W``, so
-    the slack ``S`` lasts only if ``L ≥ W·d/S``. A run expected to be shorter
-    than ``θ`` spends slack faster than the budget allows: with plenty of slack
-    ``θ`` is short and no pool is refused; as the slack runs down relative to
-    the work, only pools whose current run is expected to last are entered
-    (the rest of the time runs on on-demand, which spends no slack). No
-    constant: ``θ`` comes from the job's own slack, work and restart delay."""
-    if spendable_h <= 0:
-        return math.inf
-    return max(0.0, work_left_h) * max(0.0, restart_h) / spendable_h
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m)
 
 
 def return_to_spot_pays(

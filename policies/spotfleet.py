@@ -62,9 +62,9 @@ from spotfleet.policies.market import (
 )
 from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_generator
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
-from spotfleet.policies.selection import Economics, OfferingClass, OfferingIndex, economics_of
+from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
-from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays, run_needed
+from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
 
 
 @dataclass(slots=True)
@@ -129,9 +129,6 @@ class SpotfleetPolicy:
             elif market is Market.ON_DEMAND and index.classes(shape_of(job.spec, forecast), SPOT_ONLY):
                 econ = economics_of(job, forecast, self.knobs)
                 shape = shape_of(job.spec, forecast)
-                need = run_needed_of(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
-                if not _any_lasts(index, index.classes(shape, SPOT_ONLY), need):
-                    continue  # no spot run expected to be worth a restart of this job's slack
                 slack = self.slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False)
                 if self._spot_worth(index, shape, econ, {}, slack) is None:
                     why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
@@ -218,9 +215,8 @@ class SpotfleetPolicy:
         ranked = index.ranked(shape, SPOT_ONLY, econ, group=1)
         if not len(ranked):
             return None
-        need = run_needed_of(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
-        best = next((s for s in ranked if index.lasts(s.offering, need)), None)
-        if best is None or best.offering.key == inst.offering.key:
+        best = ranked[0]
+        if best.offering.key == inst.offering.key:
             return None
         current = _offering_now(snapshot, inst.offering.key)
         if current is None:
@@ -372,7 +368,6 @@ class SpotfleetPolicy:
                 continue
             spot_now: bool | None = None
             refused: str | None = None
-            need = 0.0
             slack: SlackOutlook | None = None
             if spec.deadline is not None:
                 classes = index.classes(shape, SPOT_ONLY)
@@ -382,10 +377,6 @@ class SpotfleetPolicy:
                     slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=not spot_now)
                 if classes:
                     refused = self._spot_worth(index, shape, econ, worth, slack)
-                need = run_needed_of(job, now=now, expected_hours=hours, knobs=knobs)
-                if spot_now and refused is None and need > 0 and not _any_lasts(index, classes, need):
-                    refused = (f"no spot pool's current run is expected to last {need:.2f} h, the run each start "
-                               "must buy for the restarts of the remaining work to fit in the slack")  # fmt: skip
                 if spot_hazard is None:
                     spot_hazard = min((forecast.hazard(o) for o in snapshot.offerings if o.market is Market.SPOT),
                                       default=0.0)  # fmt: skip
@@ -411,11 +402,8 @@ class SpotfleetPolicy:
                 urgent=decision.urgent,
                 virtual=virtual,
                 market_reason=decision.reason,
-                spot_run_h=need if Market.SPOT in decision.markets else 0.0,
             )
-            groups.setdefault(
-                (tier(job), not virtual, shape, decision.markets, econ, decision.urgent, d.spot_run_h), []
-            ).append(d)
+            groups.setdefault((tier(job), not virtual, shape, decision.markets, econ, decision.urgent), []).append(d)
 
         ordered = []
         for key, members in groups.items():
@@ -585,22 +573,6 @@ def pool_hazard(index: OfferingIndex, offering: Offering) -> float:
     supply = index.forecast.pool_supply(offering)
     life = supply.remaining_up_h
     return max(index.hazard_of(offering), 1.0 / life if life > 0 else 0.0)
-
-
-def _any_lasts(index: OfferingIndex, classes: Sequence[OfferingClass], needed_h: float) -> bool:
-    return any(index.lasts(o, needed_h) for c in classes for o in c.members)
-
-
-def run_needed_of(job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs) -> float:
-    """``slack.run_needed`` for a deadline job: the spot run each start must buy
-    for its restarts to fit in the slack above the reserve (0: no deadline or no
-    duration, nothing is refused)."""
-    if job.spec.deadline is None or expected_hours is None:
-        return 0.0
-    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
-    return run_needed(spendable_h=t.slack - t.start,
-                      work_left_h=max(0.0, expected_hours - progress_hours(job, expected_hours)),
-                      restart_h=t.restart)  # fmt: skip
 
 
 def checkpoint_egress(job: Job, current: Offering, new: Offering, knobs: Knobs) -> float:
