@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import PoolExposure
 from spotfleet.policies.knobs import Knobs
@@ -17,6 +18,7 @@ from spotfleet.policies.market import (
     SpotOffer,
     deadline_margin,
     deadline_thresholds,
+    should_leave_spot,
     spot_cost_per_work,
     spot_worth,
     useful_fraction,
@@ -49,17 +51,40 @@ def test_spot_worth_rejects_short_lived_and_dearer_than_on_demand_spot() -> None
     assert spot_worth(SpotOffer(0.85, 1.0, None), restart_h=0.2) is None  # no on-demand to compare
 
 
-def test_margin_is_the_decision_interval_when_known() -> None:
+def test_margin_is_two_decision_intervals_when_known() -> None:
     assert deadline_margin(Knobs()) == Knobs().restart_delay_h  # unknown step: one restart (the old rule)
-    assert deadline_margin(Knobs(decision_interval_h=0.05)) == 0.05
+    assert deadline_margin(Knobs(decision_interval_h=0.05)) == pytest.approx(0.1)
     assert deadline_margin(Knobs(decision_interval_h=0.05, deadline_margin_h=0.3)) == 0.3
     assert deadline_margin(Knobs(decision_interval_h=0.5)) == Knobs().restart_delay_h  # capped at a restart
     d = job("d", deadline=(T0 + timedelta(hours=10)).isoformat(), expected_duration="4h")
     old = deadline_thresholds(d, now=T0, expected_hours=4, knobs=Knobs(restart_delay_h=0.2))
     new = deadline_thresholds(d, now=T0, expected_hours=4, knobs=Knobs(restart_delay_h=0.2, decision_interval_h=0.05))
     # switch-to-on-demand point: restart + margin, from the job's restart and the step, not 0.4 h
-    assert old.reserve == pytest.approx(0.4) and new.reserve == pytest.approx(0.25)
-    assert new.start == pytest.approx(0.45) and new.wait == pytest.approx(0.5 + 0.2 + 0.05 + 0.05 - 0.05)
+    assert old.reserve == pytest.approx(0.4) and new.reserve == pytest.approx(0.3)
+    assert new.start == pytest.approx(0.5) and new.wait == pytest.approx(0.5 + 0.1 + 0.2 + 0.1)
+
+
+@pytest.mark.parametrize("step_s", [32.0, 195.0, 360.0])
+def test_a_move_to_on_demand_ordered_at_the_first_step_below_the_reserve_still_lands_in_time(step_s: float) -> None:
+    """The leave-spot rule fires at the first step whose slack is under the reserve,
+    up to one step after the slack crossed it; the move lands one step later (drained,
+    then bound), then restarts (``d``). Every slack that can be seen at that first step
+    must cover the step and the restart. With a one-step margin it did not: a job on
+    32 s steps missed its deadline by 21 s (aws-v100-preemption-2023-04)."""
+    step_h, d = step_s / 3600.0, 0.2
+    knobs = Knobs(restart_delay_h=d, decision_interval_h=step_h)
+    due = T0 + timedelta(hours=30)
+    lowest = None
+    for k in range(1, 200):  # slack seen at the first step below the reserve: [reserve − step, reserve)
+        work = 30.0 - d - 0.004 * k  # slack from d + 0.8 h down to d, in 0.004 h steps
+        j = job("d", deadline=due.isoformat(), expected_duration=f"{work * 3600:.0f}s", state=JobState.RUNNING,
+                progress={"done_s": 0})  # fmt: skip
+        t = deadline_thresholds(j, now=T0, expected_hours=work, knobs=knobs)
+        if t.reserve - step_h <= t.slack < t.reserve:
+            assert should_leave_spot(j, now=T0, expected_hours=work, knobs=knobs) is not None
+            lowest = t.slack if lowest is None else min(lowest, t.slack)
+            assert t.slack - step_h - d >= -1e-9, f"slack {t.slack:.4f} h cannot cover a step and a restart"
+    assert lowest is not None  # the band was reached
 
 
 def _deadline_job() -> object:
