@@ -24,12 +24,13 @@ class Knobs:
 
     # --- market
     deadline_margin_h: float | None = None
-    """Deadline slack margin (decision granularity, hysteresis band); None = derived: the
-    decision interval when known, else one restart delay."""
+    """Deadline slack margin (decision granularity, hysteresis band); None = derived: two
+    decision intervals when known (``market.deadline_margin``), else one restart delay."""
     decision_interval_h: float | None = None
     """How late a market decision can be: the controller's step (the simulator passes its
-    tick). It is the derived deadline margin: between two decisions the slack falls by at
-    most one step. None = unknown (the margin is then one restart delay)."""
+    tick). Two of them are the derived deadline margin: between two decisions the slack
+    falls by at most one step, and a move lands one step after it is ordered. None =
+    unknown (the margin is then one restart delay)."""
     trust_notice_checkpoint: bool = True
     """A reclaim notice is long enough for the job to checkpoint (the drain protocol), so a
     reclaim costs a restart, not the work since the last periodic checkpoint. False: reserve
