@@ -157,7 +157,7 @@ def deadline_margin(knobs: Knobs) -> float:
 
     Design choice: one step was the margin until a held-out market with 32 s
     steps (``aws-v100-preemption-2023-04``) made a job miss its deadline by
-    21 s. It left spot with its slack just under ``d + m``, one step before
+    8 s of work. It left spot with its slack just under ``d + m``, one step before
     the slack fell below ``d``, and the move's second step and the restart
     took the rest."""
     if knobs.deadline_margin_h is not None:
