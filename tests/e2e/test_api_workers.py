@@ -30,14 +30,6 @@ from tests.e2e.test_local_e2e import free_port
 pytestmark = [pytest.mark.e2e]
 
 
-def workers_of(pid: int) -> set[int]:
-    return set(api_workers_of(pid))
-
-
-def gone(pid: int) -> bool:
-    return not alive(pid)
-
-
 @pytest.fixture
 def cluster(pg_url: str, tmp_path: Path) -> Iterator[Cluster]:
     _reset_pg(pg_url)
@@ -53,9 +45,9 @@ def test_workers_serve_both_replicas_restart_and_die_with_their_step_process(clu
     port, health = cluster.wait_leader()
     follower = next(p for p in cluster.ports if p != port)
     lead_proc, follow_proc = cluster.procs[port], cluster.procs[follower]
-    wait("two workers per replica", lambda: len(workers_of(lead_proc.pid)) == 2
-         and len(workers_of(follow_proc.pid)) == 2, timeout=30)  # fmt: skip
-    lead_workers = workers_of(lead_proc.pid)
+    wait("two workers per replica", lambda: len(api_workers_of(lead_proc.pid)) == 2
+         and len(api_workers_of(follow_proc.pid)) == 2, timeout=30)  # fmt: skip
+    lead_workers = set(api_workers_of(lead_proc.pid))
 
     answers = [httpx.get(f"{cluster.url(port)}/healthz", timeout=5).json() for _ in range(20)]
     assert {a["process"] for a in answers} <= lead_workers, "the workers answer, not the step process"
@@ -73,14 +65,14 @@ def test_workers_serve_both_replicas_restart_and_die_with_their_step_process(clu
 
     victim = sorted(lead_workers)[0]
     os.kill(victim, signal.SIGKILL)
-    wait("the killed worker to be replaced", lambda: len(workers_of(lead_proc.pid)) == 2
-         and victim not in workers_of(lead_proc.pid), timeout=30)  # fmt: skip
+    wait("the killed worker to be replaced", lambda: len(api_workers_of(lead_proc.pid)) == 2
+         and victim not in api_workers_of(lead_proc.pid), timeout=30)  # fmt: skip
     assert httpx.get(f"{cluster.url(port)}/healthz", timeout=5).json()["role"] == "leader"
 
-    orphans = workers_of(lead_proc.pid)
+    orphans = set(api_workers_of(lead_proc.pid))
     kill = cluster.kill_leader(restart=False)
     assert kill.pid == lead_proc.pid and len(orphans) == 2 and kill.orphans == 0
-    assert all(gone(pid) for pid in orphans), "the dead step process's workers exited"
+    assert all(not alive(pid) for pid in orphans), "the dead step process's workers exited"
     new_port, new = cluster.wait_leader(above_epoch=kill.epoch)
     assert new_port == follower and new["replica"] != health["replica"]
     second = cluster.submit(chaos_job("after-failover", 5), port=follower)
@@ -115,7 +107,7 @@ def test_ctrl_c_to_the_process_group_stops_step_and_workers_cleanly(pg_url: str,
                             text=True, start_new_session=True)  # fmt: skip
     try:
         wait("the API", lambda: _healthy(port), timeout=60)
-        workers = workers_of(proc.pid)
+        workers = set(api_workers_of(proc.pid))
         assert len(workers) == 2
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -127,7 +119,7 @@ def test_ctrl_c_to_the_process_group_stops_step_and_workers_cleanly(pg_url: str,
             out += "\n[killed: did not stop within 60 s of the interrupt]"
     assert proc.returncode == 0, out
     assert "stopped cleanly" in out and "restarting" not in out, out
-    wait("the workers to exit", lambda: all(gone(pid) for pid in workers), timeout=10)
+    wait("the workers to exit", lambda: all(not alive(pid) for pid in workers), timeout=10)
 
 
 def _healthy(port: int) -> bool:

@@ -27,5 +27,5 @@ def make_set() -> MakeSet:
 @pytest.fixture
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"reference traces not found at {SHARED_TRACES}")
+        pytest.skip(f"reference traces not found at {SHARED_TRACES} (set SPOTFLEET_SHARED_TRACES)")
     return SHARED_TRACES

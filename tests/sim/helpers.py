@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,9 @@ from typing import Any
 from spotfleet.sim.traces import TraceFile, TraceSet
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_TRACES = REPO.parent / "shared" / "data" / "traces"
+SHARED_TRACES = Path(os.environ.get("SPOTFLEET_SHARED_TRACES", REPO.parent / "shared" / "data" / "traces"))
+"""The reference traces: ``../shared/data/traces`` next to the checkout, or wherever
+``SPOTFLEET_SHARED_TRACES`` points (a clone elsewhere, e.g. CI's in /tmp)."""
 
 MakeSet = Callable[..., TraceSet]
 
