@@ -74,17 +74,17 @@ def _subset(zones: tuple[str, ...]) -> TraceSet:
     return found
 
 
-Task = tuple[str, int, float, float, float, float, tuple[str, ...], float]
+Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float]
 
 
 def _one(args: Task) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb = args
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history = args
     traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
-        checkpoint_interval=interval, checkpoint_gb=checkpoint_gb,
+        checkpoint_interval=interval, checkpoint_gb=checkpoint_gb, history_hours=history,
     )  # fmt: skip
     sim = run.sim
     return Run(
@@ -115,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=list(POLICY_NAMES), choices=POLICY_NAMES)
     parser.add_argument("--processes", type=int, default=1, help="worker processes (this machine: 2 cores, shared)")
     parser.add_argument("--align", choices=["time", "start"], default="time")
+    parser.add_argument("--history-hours", type=float, default=0.0,
+                        help="hours of the traces before each start the controller has already watched "
+                             "(its learned run lengths; 0: a controller started with the job)")  # fmt: skip
     parser.add_argument("--subsets", type=int, default=0,
                         help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
     parser.add_argument("--max-subsets", type=int, default=0,
@@ -138,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             args.checkpoint_minutes,
             (),
             args.checkpoint_gb,
+            args.history_hours,
         )
         for p in policies
         for t in ticks
@@ -176,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
             "checkpoint_gb": args.checkpoint_gb, "starts": len(ticks), "seed": args.seed,
+            "history_hours": args.history_hours,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
@@ -240,7 +245,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
         for p in policies:
             for t in ticks:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
-                              args.checkpoint_minutes, zones, args.checkpoint_gb))  # fmt: skip
+                              args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours))  # fmt: skip
     if args.processes > 1:
         with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
             runs = list(pool.map(_one, tasks, chunksize=4))
@@ -268,6 +273,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
             "traces": args.traces, "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
             "checkpoint_gb": args.checkpoint_gb, "starts": args.starts, "seed": args.seed,
+            "history_hours": args.history_hours,
             "max_subsets": args.max_subsets,
         }))  # fmt: skip
     return 0

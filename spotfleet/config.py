@@ -148,6 +148,11 @@ class Config(Section):
     gpu_partitioning: GpuPartitioningConfig = Field(
         default_factory=GpuPartitioningConfig, description="MIG layouts, MPS, GPU memory shares"
     )
+    market_history: list[Path] = Field(
+        default_factory=list,
+        description="spot trace files or folders (the schema of shared/data/traces; each trace's cloud names the "
+        "provider) whose availability runs the controller learns at start, before it has watched the market itself",
+    )
 
     @property
     def data_path(self) -> Path:

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,12 @@ from spotfleet.api.auth import token_resolver
 from spotfleet.api.workers import ApiWorkers
 from spotfleet.clock import Clock, SystemClock
 from spotfleet.config import Config
+from spotfleet.controller.availability import AvailabilityLog
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.pacing import StepPacer
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.errors import ControllerLocked, InvalidSpec, PortInUse
+from spotfleet.extras import requires
 from spotfleet.files import private_database, private_dir
 from spotfleet.metrics import FleetMetrics
 from spotfleet.model.snapshot import Budget
@@ -88,12 +90,41 @@ def build_controller(
     )  # fmt: skip
 
 
+def market_history_log(paths: Iterable[Path]) -> AvailabilityLog:
+    """An availability log that has learned the spot traces at ``paths``
+    (``config.market_history``), for the controller to start from.
+
+    The log is in memory and a new controller starts from the priors; a trace
+    of the same pools (a public one, or an earlier export) gives it their run
+    lengths from the first step — ``remaining_up_h``, the outage lengths and
+    the market's up share that the deadline rules read. Each file is replayed
+    as a closed period (``AvailabilityLog.replay(detached=True)``): its hours
+    and runs count, its last open run does not. Read before anything is
+    opened, so a bad path fails the start with nothing to undo."""
+    log = AvailabilityLog()
+    for path in paths:
+        with requires("sim", "market_history (learning spot run lengths from trace files)"):
+            from spotfleet.sim.traces import InvalidTrace, availability_history, load_traces
+        where = Path(path).expanduser()
+        if not where.exists():
+            raise InvalidSpec("market_history", f"{where} does not exist: give trace files or folders of them")
+        try:
+            traces = load_traces([where])
+        except InvalidTrace as exc:
+            raise InvalidSpec(
+                "market_history", f"{exc.source or where}: {exc.field or 'file'}: {exc.message}"
+            ) from None
+        log.replay(availability_history(traces, first_tick=0, end_tick=traces.n_ticks), detached=True)
+    return log
+
+
 class Service:
     def __init__(self, config: Config, *, clock: Clock | None = None, log_format: str = "text") -> None:
         self.config = config
         self.clock = clock or SystemClock()
         self.log_format = log_format
         data_dir = config.data_path
+        history = market_history_log(config.market_history)
         private_dir(data_dir)
         self.store = Store(config.database_url, idle_in_transaction=config.ha.lease_ttl)
         if config.api.workers and self.store.dialect != "postgresql":
@@ -109,6 +140,7 @@ class Service:
         self.providers = build_providers(config.providers, cluster=config.cluster, clock=self.clock, data_dir=data_dir)
         self.controller = build_controller(config, self.store, self.providers, clock=self.clock,
                                            controller_url=self.advertised_url)  # fmt: skip
+        self.controller.availability = history
         self.controller.wake = self.wake
         self.controller.step_interval = r.interval
         self.elector = Elector(self.store, cluster=config.cluster, clock=self.clock, ttl=config.ha.lease_ttl,

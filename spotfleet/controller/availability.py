@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import PoolAvailability, spot_market_key
+from spotfleet.model.snapshot import PoolAvailability
+
+
+def market_key_of(pool_key: str) -> str:
+    """The market key (``spot_market_key``) of a spot pool's ``Offering.key``."""
+    return pool_key.rsplit(":", 1)[0] + ":*"
+
 
 RECENT_RUNS = 256
 """Completed up runs kept per key: what the remaining-life estimate reads."""
@@ -43,6 +49,7 @@ class _Track:
     down_hours: float = 0.0
     ended_runs: int = 0  # available → unavailable edges seen
     runs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))  # hours, oldest first
+    resumed: bool = False  # imported history ended here: the next observation starts a new run
 
 
 class AvailabilityLog:
@@ -61,17 +68,32 @@ class AvailabilityLog:
         """Record the state of every spot pool at ``now``. ``held``: pools where
         our own spot instances run — up whatever the provider says of spare
         capacity (a pool whose only slot we hold is not an outage)."""
-        states: dict[str, bool] = {}
+        pools: dict[str, bool] = {}
         for o in offerings:
             if o.market is not Market.SPOT:
                 continue
-            up = (o.available and unavailable.get(o.key, now) <= now) or o.key in held
-            states[o.key] = up
-            states[spot_market_key(o)] = states.get(spot_market_key(o), False) or up
+            pools[o.key] = (o.available and unavailable.get(o.key, now) <= now) or o.key in held
+        self.record(now, pools)
+
+    def record(self, now: datetime, pools: Mapping[str, bool]) -> None:
+        """Record that each spot pool (``Offering.key``) is up or down at ``now``;
+        each instance type's market (``spot_market_key``) is up while any of its
+        pools is. Observations must come in time order."""
+        states: dict[str, bool] = {}
+        for key, up in pools.items():
+            states[key] = up
+            market = market_key_of(key)
+            states[market] = states.get(market, False) or up
         for key, up in states.items():
             track = self._tracks.get(key)
             if track is None:
                 self._tracks[key] = _Track(up, now, now if up else None)
+                continue
+            if track.resumed:
+                # history imported from elsewhere ends here: nothing is known of the
+                # gap, so this observation starts a run of unknown age
+                track.up, track.since, track.resumed = up, now, False
+                track.up_since = now if up else None
                 continue
             hours = max(0.0, (now - track.since).total_seconds() / 3600.0)
             if track.up:
@@ -86,6 +108,25 @@ class AvailabilityLog:
             elif up and not track.up:
                 track.up_since = now
             track.up, track.since = up, now
+
+    def replay(self, observations: Iterable[tuple[datetime, Mapping[str, bool]]], *, detached: bool = False) -> int:
+        """Learn from a history of observations (``(time, {pool key: up})``, in
+        time order). Returns how many were replayed.
+
+        ``detached``: the history is not followed by this log's next observation
+        (an imported trace of another period): its runs and hours are kept, the
+        run under way at its end is dropped, and the next observation starts
+        afresh. Otherwise it continues into the next observation (the simulator
+        replays the trace before its start)."""
+        count = 0
+        for when, pools in observations:
+            self.record(when, pools)
+            count += 1
+        if detached:
+            for track in self._tracks.values():
+                track.resumed = True
+                track.up_since = None
+        return count
 
     def records(self, now: datetime | None = None) -> tuple[PoolAvailability, ...]:
         out = []

@@ -25,6 +25,7 @@ the same inputs give the same costs and timelines (ids aside).
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from spotfleet.policies.base import Policy
 from spotfleet.providers.base import CloudState
 from spotfleet.sim.agents import JobTrack, SimAgent
 from spotfleet.sim.provider import Bill, SimProvider
-from spotfleet.sim.traces import TraceSet
+from spotfleet.sim.traces import TraceSet, availability_history
 from spotfleet.store.store import Store
 from spotfleet.wire import Heartbeat, HeartbeatResponse, RegisterRequest
 
@@ -77,6 +78,10 @@ class SimSettings:
     checkpoint_gb: float = 0.0
     egress_inter_region_per_gib: float = 0.02
     egress_internet_per_gib: float = 0.09
+    # Hours of the traces before the start that the controller is taken to have
+    # watched already (``AvailabilityLog.replay``): a long-running controller
+    # knows its markets' run lengths; 0 = a controller started with the job.
+    history_hours: float = 0.0
 
     def egress_rate(self, src: tuple[str, str], dst: tuple[str, str]) -> float:
         """USD/GiB from checkpoint location ``src`` to ``dst`` ((cloud, region) each)."""
@@ -253,6 +258,10 @@ class Simulation:
             offerings_ttl=timedelta(0),
             new_id=sequential_ids(),
         )
+        if self.settings.history_hours > 0:
+            begin = traces.tick_at(start)
+            ticks = math.ceil(self.settings.history_hours * 3600 / traces.tick_seconds)
+            self.controller.availability.replay(availability_history(traces, first_tick=begin - ticks, end_tick=begin))
         self.tracks: dict[str, JobTrack] = {}
         self.items: dict[str, WorkItem] = {}
         self.agents: dict[tuple[str, str], SimAgent] = {}

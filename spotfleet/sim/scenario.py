@@ -67,11 +67,14 @@ def run_single_job(
     checkpoint_interval: timedelta | None = None,
     settings: SimSettings | None = None,
     checkpoint_gb: float = 0.0,
+    history_hours: float | None = None,
 ) -> SingleJobRun:
     """Scenario (a) for one policy from one start tick.
 
     ``checkpoint_gb``: the job's checkpoint size; resuming it in another region
     or cloud pays that many GiB of egress, in the simulator and in the optimum.
+    ``history_hours``: how much of the traces before the start the controller
+    has watched (``SimSettings.history_hours``; None: the settings').
     """
     base = settings or SimSettings()
     start = traces.time_of(start_tick)
@@ -107,6 +110,7 @@ def run_single_job(
         checkpoint_gb=checkpoint_gb,
         egress_inter_region_per_gib=base.egress_inter_region_per_gib,
         egress_internet_per_gib=base.egress_internet_per_gib,
+        history_hours=base.history_hours if history_hours is None else history_hours,
     )
     planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600)
     # Run past the deadline (a late job still costs money) but not forever.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -362,3 +362,22 @@ def catalog_spot_price(
     if regional:
         return float(statistics.median(regional)), "catalog-region"
     return spot_ratio * tf.on_demand_price, "ratio"
+
+
+def availability_history(
+    traces: TraceSet, *, first_tick: int, end_tick: int
+) -> Iterator[tuple[datetime, dict[str, bool]]]:
+    """The traces' spot availability as the controller would have observed it
+    over ticks ``[first_tick, end_tick)``: ``(time, {pool key: up})`` at the
+    first tick and at every tick where some zone changes (what
+    ``controller.availability.AvailabilityLog.replay`` reads). Pool keys are
+    ``Offering.key`` with the trace's cloud as the provider, as the simulator
+    names them."""
+    first, end = max(0, first_tick), min(end_tick, traces.n_ticks)
+    if first >= end:
+        return
+    keys = [f"{z.cloud}:spot:{z.instance_type}:{z.zone}" for z in traces.zones]
+    up = np.stack([z.available[first:end] > 0 for z in traces.zones])
+    changed = np.flatnonzero((np.diff(up, axis=1) != 0).any(axis=0)) + 1
+    for offset in (0, *changed.tolist()):
+        yield traces.time_of(first + offset), {k: bool(u) for k, u in zip(keys, up[:, offset], strict=True)}

@@ -1,0 +1,98 @@
+"""A simulated controller that has watched its market before the job: the traces
+before the start are replayed into its availability log, and nothing after it."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from spotfleet.errors import InvalidSpec
+from spotfleet.model.offering import Market
+from spotfleet.service import market_history_log
+from spotfleet.sim.engine import SimSettings, Simulation
+from spotfleet.sim.scenario import make_policy, single_job
+from spotfleet.sim.traces import availability_history
+from tests.policies.builders import offering
+
+from .helpers import MakeSet, trace_file
+
+POOL_A = "aws:spot:p3.2xlarge:us-east-1a"
+POOL_B = "aws:spot:p3.2xlarge:us-east-1b"
+MARKET = "aws:spot:p3.2xlarge:*"
+
+
+def test_the_history_is_the_first_tick_and_every_change(make_set: MakeSet) -> None:
+    traces = make_set(("us-east-1a", [1, 1, 0, 0, 1, 1]), ("us-east-1b", [0, 0, 0, 1, 1, 1]), tick=1800)
+    seen = list(availability_history(traces, first_tick=0, end_tick=6))
+    assert [(traces.tick_at(t), states) for t, states in seen] == [
+        (0, {POOL_A: True, POOL_B: False}),
+        (2, {POOL_A: False, POOL_B: False}),
+        (3, {POOL_A: False, POOL_B: True}),
+        (4, {POOL_A: True, POOL_B: True}),
+    ]
+    assert list(availability_history(traces, first_tick=4, end_tick=2)) == []  # an empty window
+
+
+def _sim(traces, start_tick: int, history_hours: float) -> Simulation:  # type: ignore[no-untyped-def]
+    item = single_job(traces, work_hours=1.0, deadline_hours=3.0, start_tick=start_tick,
+                      checkpoint_interval=timedelta(minutes=30))  # fmt: skip
+    return Simulation(traces, [item], make_policy("spotfleet", restart_hours=0.2, tick_hours=0.5),
+                      start=traces.time_of(start_tick), settings=SimSettings(history_hours=history_hours))  # fmt: skip
+
+
+def test_the_controller_learns_the_runs_before_the_start_and_none_after(make_set: MakeSet) -> None:
+    # zone a: up 1 tick, down 1, up 2, down 1, then (from the start at tick 6) up for good;
+    # zone b is down until tick 6 and then up: nothing of b's future may leak into the log
+    a = [1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]
+    b = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1]
+    traces = make_set(("us-east-1a", a), ("us-east-1b", b), tick=1800)
+    sim = _sim(traces, start_tick=6, history_hours=100.0)  # more than the traces hold before the start
+    got = {r.key: r for r in sim.controller.availability.records(traces.time_of(6))}
+    pool = got[POOL_A]
+    assert pool.recent_runs_h == (0.5, 1.0)  # the two up runs that ended before the start
+    assert (pool.up_hours, pool.down_hours) == (1.5, 1.0)  # ticks 0–4 credited; tick 5's state is current
+    assert pool.up_now and pool.up_for_h == 0.5  # up since tick 5
+    b_pool = got[POOL_B]
+    assert (b_pool.up_hours, b_pool.ended_runs, b_pool.up_now) == (0.0, 0, False)  # its tick-6 return is not known
+    assert got[MARKET].recent_runs_h == (0.5, 1.0)
+    cold = _sim(traces, start_tick=6, history_hours=0.0)
+    assert cold.controller.availability.records(traces.time_of(6)) == ()
+
+
+def test_a_run_with_history_still_finishes_in_time(make_set: MakeSet) -> None:
+    traces = make_set(("us-east-1a", [1, 0] * 8 + [1] * 8), ("us-east-1b", [0, 1] * 8 + [1] * 8), tick=1800)
+    result = _sim(traces, start_tick=16, history_hours=8.0).run()
+    assert result.deadline_misses == 0 and result.jobs[0].finished_at is not None
+
+
+def _write(folder: Path, zone: str, available: list[int]) -> None:
+    tf = trace_file(zone, available, tick=3600, start="2023-01-01T00:00:00Z")
+    (folder / f"{zone}.json").write_text(json.dumps(tf.model_dump(mode="json")))
+
+
+def test_market_history_files_seed_a_log_that_ends_with_them(tmp_path: Path) -> None:
+    _write(tmp_path, "us-east-1a", [1, 1, 0, 1, 1, 1, 0, 0, 1])
+    log = market_history_log([tmp_path])
+    (pool,) = [r for r in log.records() if r.key == POOL_A]
+    assert pool.recent_runs_h == (2.0, 3.0) and (pool.up_hours, pool.down_hours) == (5.0, 3.0)
+    # the first live observation, years later, starts a new run: the gap is not credited
+    live = offering("p3.2xlarge", "V100", 1, 0.9, market=Market.SPOT, zone="us-east-1a")
+    later = datetime(2026, 12, 1, tzinfo=UTC)
+    log.observe(later, [live], {})
+    log.observe(later + timedelta(hours=1), [live], {})
+    (pool,) = [r for r in log.records(later + timedelta(hours=1)) if r.key == POOL_A]
+    assert (pool.up_hours, pool.down_hours, pool.recent_runs_h) == (6.0, 3.0, (2.0, 3.0))
+    assert pool.up_for_h == 1.0
+
+
+def test_market_history_errors_name_the_setting(tmp_path: Path) -> None:
+    with pytest.raises(InvalidSpec) as missing:
+        market_history_log([tmp_path / "nope"])
+    assert missing.value.field == "market_history" and "does not exist" in missing.value.message
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(InvalidSpec) as bad:
+        market_history_log([tmp_path])
+    assert bad.value.field == "market_history" and "bad.json" in bad.value.message
