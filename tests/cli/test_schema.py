@@ -46,3 +46,14 @@ def test_config_schema_accepts_the_cloud_example() -> None:
 def test_unknown_schema_name() -> None:
     result = CliRunner().invoke(app, ["schema", "jbo"])
     assert result.exit_code == 2 and "did you mean 'job'" in result.stderr
+
+
+def test_the_readme_configuration_example_is_a_valid_config(tmp_path: Path) -> None:
+    from spotfleet.config import load_config
+
+    section = (ROOT / "README.md").read_text().split("## Configuration", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "readme.yaml"
+    path.write_text(block)
+    config = load_config(path)
+    assert config.market_history == [] and config.budgets.tenants == {"research": 40}
