@@ -141,6 +141,10 @@ class Service:
         self.controller = build_controller(config, self.store, self.providers, clock=self.clock,
                                            controller_url=self.advertised_url)  # fmt: skip
         self.controller.availability = history
+        if config.market_history:
+            pools = [r for r in history.records() if not r.key.endswith(":*")]
+            log.info("market_history: learned %d spot pools (%d ended runs) from %d trace path(s)", len(pools),
+                     sum(r.ended_runs for r in pools), len(config.market_history))  # fmt: skip
         self.controller.wake = self.wake
         self.controller.step_interval = r.interval
         self.elector = Elector(self.store, cluster=config.cluster, clock=self.clock, ttl=config.ha.lease_ttl,
