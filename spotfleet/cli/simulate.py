@@ -55,6 +55,15 @@ def simulate(
         float,
         typer.Option("--checkpoint-seconds", help="time a job needs to checkpoint on a notice"),
     ] = 30.0,
+    history_hours: Annotated[
+        float,
+        typer.Option(
+            "--history-hours",
+            min=0.0,
+            help="hours of the traces before the workload's start the controller has already watched "
+            "(learned spot run lengths); 0: it starts with the workload",
+        ),
+    ] = 0.0,
 ) -> None:
     """Simulate a workload on spot traces under one policy (bundled samples: --traces builtin:gcp-h100)."""
     from rich.console import Console
@@ -80,7 +89,8 @@ def simulate(
     if policy == "optimal":
         _optimal(console, trace_set, load, json_out, fmt)
         return
-    settings = SimSettings(restart_seconds=load.restart_seconds, checkpoint_seconds=checkpoint_seconds)
+    settings = SimSettings(restart_seconds=load.restart_seconds, checkpoint_seconds=checkpoint_seconds,
+                           history_hours=history_hours)  # fmt: skip
     planner = make_policy(
         policy,
         restart_hours=load.restart_seconds / 3600,

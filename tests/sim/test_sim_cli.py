@@ -112,3 +112,21 @@ def test_every_bundled_set_is_small_valid_and_attributed() -> None:
         assert f"`{name}`" in readme
     examples = Path(__file__).resolve().parents[2] / "examples" / "workload.yaml"
     assert builtin.resolve_workload("builtin:fleet").read_text() == examples.read_text()
+
+
+def test_history_hours_lets_the_controller_learn_the_traces_before_the_start(tmp_path: Path) -> None:
+    traces = write_traces(tmp_path / "traces")
+    workload = tmp_path / "w.yaml"
+    workload.write_text("start_tick: 24\njobs:\n  - {name: train, work: 2h, deadline: 5h, resources: {gpus: 1}}\n")
+    docs = []
+    for hours in ("0", "4"):
+        result = CliRunner().invoke(
+            app, ["simulate", "--traces", str(traces), "--workload", str(workload), "--policy", "spotfleet",
+                  "--history-hours", hours, "-o", "json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        docs.append(json.loads(result.stdout))
+    assert all(d["deadline_misses"] == 0 and d["jobs"][0]["state"] == "succeeded" for d in docs)
+    bad = CliRunner().invoke(app, ["simulate", "--traces", str(traces), "--workload", str(workload),
+                                   "--history-hours", "-1"])  # fmt: skip
+    assert bad.exit_code == 2 and "--history-hours" in bad.stderr
