@@ -117,7 +117,6 @@ class Forecast:
         *,
         prior_strength_hours: float = PRIOR_STRENGTH_HOURS,
     ) -> Forecast:
-        availability = tuple(availability)
         durations: dict[str, list[float]] = defaultdict(list)
         peaks: dict[str, float] = {}
         work: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
@@ -135,17 +134,6 @@ class Forecast:
             acc2 = pools[exp.pool]
             acc2[0] += exp.interruptions
             acc2[1] += exp.hours
-        # The availability log's view of a pool is evidence too: an up run that ends
-        # is spot taken away (as the GCP prior counts it). Where the log has watched
-        # the pool longer than our instances ran in it (a week of history against a
-        # few hours of exposure), its counts are the better sample; the two are not
-        # added, as a reclaim of ours is usually also the end of the pool's run.
-        for seen in availability:
-            if seen.key.endswith(":*"):
-                continue
-            acc2 = pools[seen.key]
-            if seen.up_hours > acc2[1]:
-                acc2[0], acc2[1] = float(seen.ended_runs), seen.up_hours
         hazard = {pool: _posterior(_prior_for_pool(pool), k, h, prior_strength_hours) for pool, (k, h) in pools.items()}
         return cls(
             durations_s={f: statistics.median(v) for f, v in durations.items()},
