@@ -10,7 +10,6 @@ serves and ``spotfleet explain`` renders; nothing here formats for a terminal.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -215,10 +214,6 @@ def _deadline_outlook(
             "need_sd_h": round(slack.need_sd_h, 2), "p_runs_out": round(slack.pressure, 3),
             "usd_per_hour_of_slack": round(slack.value_per_h, 2), "summary": slack.describe(),
         }  # fmt: skip
-        if idle:  # the outage rule (``slack.outage_cutoff``): wait for spot until the outage is this old
-            cutoff = slack.outage_cutoff_h
-            out["slack"]["outage_age_h"] = round(slack.outage_age_h, 2)
-            out["slack"]["outage_cutoff_h"] = None if math.isinf(cutoff) else round(cutoff, 2)
     return out
 
 

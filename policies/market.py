@@ -259,14 +259,11 @@ def deadline_market(
 
     With a ``slack`` outlook (``policies/slack.py``: the learned market's
     reclaims and outages against the slack), rules 4 and 5 give way to it:
-    wait for spot while the market's outage is younger than the outlook's
-    ``outage_cutoff_h``, then on-demand until spot returns. The cutoff is the
-    one that leaves the fewest hours to on-demand over the remaining work:
-    infinite with slack to spare, zero when every outage must be covered
-    (bar those shorter than the round trip through on-demand), and in
-    between it waits out the short outages and covers the long ones — the
-    outage lengths are what the market showed, so a market of blips is
-    waited out and one of long outages is not.
+    on-demand now when the outage is expected to outlast a round trip
+    through on-demand (``2d``) and the slack is more likely than not to run
+    out waiting for spot (the hours are needed on-demand anyway; taken now,
+    spot stays usable later instead of a final on-demand stretch); otherwise
+    wait for spot.
 
     Safety: spot is entered only with ``start`` of slack, so after its restart
     the job holds ``reserve`` — enough for a reclaim (``lost``) plus an
@@ -296,12 +293,10 @@ def deadline_market(
             SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: on-demand would be final, wait for spot"
         )
     if slack is not None and spot_available is False:
-        if slack.outage_age_h >= slack.outage_cutoff_h:
-            return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot for {slack.outage_age_h:.2f} h; the slack "
-                                  f"affords waiting out outages of {slack.outage_cutoff_h:.2f} h ({slack.describe()}): "
-                                  "on-demand until spot returns")  # fmt: skip
-        return MarketDecision(SPOT_ONLY, f"deadline: wait for spot (no spot for {slack.outage_age_h:.2f} h, the slack "
-                              f"affords outages of {slack.outage_cutoff_h:.2f} h), {slack.describe()}")  # fmt: skip
+        if slack.pressure >= 0.5 and slack.outage_h > 2 * t.restart:
+            return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot, outages last {slack.outage_h:.2f} h and the "
+                                  f"{slack.describe()}: on-demand until spot returns")  # fmt: skip
+        return MarketDecision(SPOT_ONLY, f"deadline: wait for spot, {slack.describe()}")
     remaining = max(0.0, expected_hours - progress_hours(job, expected_hours))
     plenty = t.wait + 2 * t.restart * spot_hazard_per_h * remaining
     if t.slack >= plenty:

@@ -22,10 +22,10 @@ that it exceeds the slack the job may spend (its slack less the reserve that
 keeps on-demand able to finish, ``market.DeadlineThresholds.start``) is the
 pressure ``p``. Callers weigh actions by it:
 
-- idle without spot: wait out the market's outage until it is ``outage_cutoff``
-  old, then on-demand until spot returns — the cutoff that leaves the fewest
-  hours to on-demand given the slack, the outage lengths the market showed and
-  the reclaims the remaining work expects (``outage_cutoff``);
+- idle without spot: on-demand now when an outage is expected to outlast a
+  round trip (``m > 2d``) and the slack is more likely than not to run out
+  waiting (``p ≥ ½``) — the hours are needed on-demand anyway, and taken now
+  they keep spot usable later instead of forcing a final on-demand stretch;
 - a move between pools or markets costs its restart in slack, ``d × v``.
 
 Design choice: a normal approximation of a compound Poisson is crude in the
@@ -35,11 +35,10 @@ restarts, where the mean and spread are what matter.
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 
-from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, SpotSupply
+from spotfleet.policies.forecast import SpotSupply
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +52,6 @@ class SlackOutlook:
     value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes
     reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
-    outage_cutoff_h: float = math.inf  # wait out an outage until it is this old, then on-demand (``outage_cutoff``)
-    outage_age_h: float = 0.0  # how long the market's current outage has lasted
 
     def describe(self) -> str:
         return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
@@ -93,86 +90,7 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    cutoff = math.inf
-    if idle_without_spot:
-        cutoff = outage_cutoff(spendable_h=spendable_h, work_left_h=work_left_h, hazard_per_h=lam, supply=supply,
-                               restart_h=d)  # fmt: skip
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m, cutoff,
-                        supply.down_for_h if not supply.up_now else 0.0)  # fmt: skip
-
-
-class OutageLengths:
-    """The length ``L`` of a spot market's outages: the recorded down runs plus
-    one prior run, exponential with mean ``PRIOR_DOWN_RUN_H`` (a weak prior, as
-    in ``forecast.SpotSupply``). Gives ``E[min(L, τ)]`` and ``P(L > τ)`` by
-    bisection on prefix sums, so a cutoff scan stays cheap at every step."""
-
-    def __init__(self, runs_h: tuple[float, ...], prior_mean_h: float = PRIOR_DOWN_RUN_H) -> None:
-        self.runs = sorted(max(0.0, r) for r in runs_h)
-        self.prefix = [0.0]
-        for r in self.runs:
-            self.prefix.append(self.prefix[-1] + r)
-        self.prior = prior_mean_h
-        self.weight = 1.0 + len(self.runs)
-
-    def longer(self, tau: float) -> float:
-        """``P(L > τ)``."""
-        above = len(self.runs) - bisect.bisect_right(self.runs, tau)
-        return (math.exp(-tau / self.prior) + above) / self.weight
-
-    def capped_mean(self, tau: float) -> float:
-        """``E[min(L, τ)]``."""
-        if math.isinf(tau):
-            return (self.prior + self.prefix[-1]) / self.weight
-        i = bisect.bisect_right(self.runs, tau)
-        below = self.prefix[i] + tau * (len(self.runs) - i)
-        return (self.prior * (1.0 - math.exp(-tau / self.prior)) + below) / self.weight
-
-    def candidates(self) -> list[float]:
-        """Cutoffs worth scoring: 0, every recorded length (the scores are piecewise
-        linear between them but for the prior's smooth part), a geometric grid, ∞."""
-        grid = [0.0, *(0.02 * 1.25**k for k in range(40))]
-        step = max(1, len(self.runs) // 64)
-        return sorted({*grid, *self.runs[::step], math.inf})
-
-
-def outage_cutoff(*, spendable_h: float, work_left_h: float, hazard_per_h: float, supply: SpotSupply,
-                  restart_h: float) -> float:  # fmt: skip
-    """How old an outage of the whole spot market may get before an idle deadline
-    job stops waiting for spot and runs on on-demand until spot returns.
-
-    The job follows one cutoff ``τ`` for this and every later outage: wait up
-    to ``τ``, then on-demand. Per outage that spends ``s(τ) = E[min(L, τ)] +
-    d·P(L > τ)`` of slack (the wait, or the extra restart of the round trip
-    through on-demand) and runs ``o(τ) = E[(L − τ)⁺]`` hours on on-demand. Per
-    hour of work on spot the market ends ``ν = 1/mean up run`` outages and the
-    pool ``λ`` reclaims (a restart ``d`` each), so the slack buys
-    ``S / (λd + ν·s(τ))`` hours on spot before it is gone, and the remaining
-    work ``W`` needs ``W / (1 + ν·o(τ))`` of them (the rest run on on-demand
-    during outages). The hours on spot are the smaller of the two; ``τ`` is
-    chosen to make them most (ties: the longest wait). Every hour not on spot
-    runs on on-demand, so this is the cutoff that buys the least on-demand.
-
-    Plenty of slack gives ``τ = ∞`` (wait out every outage); slack short of the
-    reclaims alone gives the cutoff whose outages spend the least slack —
-    usually ``0``: on-demand at once. Between the two it waits out the short
-    outages and covers the long ones on on-demand, as a hindsight schedule
-    does. No constant: the outage lengths are what the market showed."""
-    lengths = OutageLengths(supply.down_runs_h)
-    nu = 1.0 / max(supply.mean_up_h, 1e-6)
-    work = max(0.0, work_left_h)
-    spend = max(0.0, spendable_h)
-    best, best_tau = -1.0, 0.0
-    for tau in lengths.candidates():
-        per_outage = lengths.capped_mean(tau) + restart_h * lengths.longer(tau)
-        rate = hazard_per_h * restart_h + nu * per_outage
-        afford = spend / rate if rate > 0 else math.inf
-        over = 0.0 if math.isinf(tau) else lengths.capped_mean(math.inf) - lengths.capped_mean(tau)
-        needed = work / (1.0 + nu * over)
-        hours = min(afford, needed)
-        if hours >= best - 1e-9:
-            best, best_tau = hours, tau
-    return best_tau
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m)
 
 
 def return_to_spot_pays(

@@ -47,11 +47,6 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
                   f"{market['reclaims_per_h']:.2f} reclaims/h")  # fmt: skip
     if slack := deadline.get("slack"):
         out.print(f"deadline slack: {slack['summary']}")
-        if "outage_cutoff_h" in slack:
-            cutoff = slack["outage_cutoff_h"]
-            limit = "any length" if cutoff is None else f"{cutoff:.2f} h"
-            out.print(f"spot outage: {slack['outage_age_h']:.2f} h old; the slack affords waiting out outages of "
-                      f"{limit}, then on-demand until spot returns")  # fmt: skip
     if data.get("placement"):
         t = Table(title="placement", show_edge=False)
         for col in ("node", "instance", "type", "zone", "market", "GPUs"):

@@ -45,16 +45,3 @@ def test_a_capacity_error_counts_as_down_and_a_pool_we_hold_as_up() -> None:
     log.observe(_at(2), [replace(A, available=False)], {}, held={A.key})  # our instance holds its only slot
     a = _records(log, 2)[A.key]
     assert (a.up_hours, a.down_hours, a.ended_runs) == (1.0, 1.0, 1) and a.up_now
-
-
-def test_down_runs_are_measured_from_a_seen_start_and_the_current_one_has_an_age() -> None:
-    log = AvailabilityLog()
-    gone = replace(A, available=False)
-    log.observe(_at(0), [gone], {})  # down when first seen: that run's start is unknown
-    log.observe(_at(1), [A], {})  # ... so its end records nothing
-    log.observe(_at(2), [gone], {})  # a down run seen from its start
-    log.observe(_at(2.5), [A], {})  # lasted 0.5 h
-    log.observe(_at(3), [gone], {})
-    a = _records(log, 3.75)[A.key]
-    assert a.recent_down_runs_h == (0.5,)
-    assert not a.up_now and a.down_for_h == 0.75 and a.up_for_h == 0.0

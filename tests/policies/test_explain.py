@@ -113,28 +113,6 @@ def test_a_deadline_job_shows_its_spot_market_and_slack_outlook() -> None:
     assert slack["spendable_h"] < 2.0 and 0 < slack["p_runs_out"] <= 1 and "P(runs out)" in slack["summary"]
 
 
-def test_a_deadline_job_waiting_out_a_spot_outage_shows_the_cutoff() -> None:
-    from dataclasses import replace
-    from datetime import timedelta
-
-    from spotfleet.model.snapshot import PoolAvailability, spot_market_key
-
-    from .builders import T0
-
-    spot = replace(offering("g5.xlarge", "A10G", 1, 0.4, market=Market.SPOT, on_demand=1.2), available=False)
-    od = offering("g5.xlarge", "A10G", 1, 1.2)
-    d = job("d", deadline=(T0 + timedelta(hours=11.5)).isoformat(), expected_duration="10h", resources={"gpus": 1})
-    seen = PoolAvailability(spot_market_key(spot), up_hours=40.0, down_hours=4.0, ended_runs=10, up_now=False,
-                            recent_down_runs_h=(0.1,) * 8 + (1.5,) * 2, down_for_h=0.25)  # fmt: skip
-    snap = snapshot(jobs=[d], offerings=[spot, od])
-    snap.availability = (seen,)
-    slack = explain_job(snap, "d").to_dict()["extra"]["deadline"]["slack"]
-    assert slack["outage_age_h"] == 0.25
-    # 1 h of slack to spend: the 0.1 h blips are worth waiting out, the 1.5 h outages are not
-    assert slack["outage_age_h"] == 0.25 and slack["outage_cutoff_h"] == 0.1
-    assert tuple(explain_job(snap, "d").to_dict()["markets"]) == ("on_demand",)  # this outage is older
-
-
 def test_cli_explain_prints_a_deadline_jobs_market_and_slack(tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text("name: due\ncommand: python t.py\nresources: {gpus: 1, gpu_types: [A10G]}\n"

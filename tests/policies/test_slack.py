@@ -71,7 +71,7 @@ def test_remaining_life_reads_the_runs_longer_than_the_current_age() -> None:
     assert math.isclose(remaining_life([], 5.0), PRIOR_UP_RUN_H)  # no history: the prior, memoryless
 
 
-def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outage_cutoff() -> None:
+def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outlook() -> None:
     from datetime import timedelta
 
     from spotfleet.policies.knobs import Knobs
@@ -83,42 +83,16 @@ def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outage
             checkpoint={"interval": "30m"})  # fmt: skip
     knobs = Knobs(restart_delay_h=0.2)
 
-    def decide(spendable: float, age_h: float) -> object:
-        supply = SpotSupply(0.7, 4.0, 1.0, up_now=False, down_runs_h=MIXED, down_for_h=age_h)
-        slack = outlook(spendable_h=spendable, work_left_h=20.0, hazard_per_h=0.25, supply=supply, restart_h=0.2,
+    def decide(spendable: float, outage_h: float) -> object:
+        supply = SpotSupply(availability=0.7, mean_up_h=2.0, mean_down_h=outage_h)
+        slack = outlook(spendable_h=spendable, work_left_h=20.0, hazard_per_h=0.5, supply=supply, restart_h=0.2,
                         premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
         return decide_market(d, now=T0, expected_hours=20, knobs=knobs, spot_available=False, slack=slack)
 
-    # short of even the reclaims' restarts: only outages shorter than a round trip (2 × 0.2 h) are waited out
-    assert decide(0.5, age_h=0.05).markets == SPOT_ONLY
-    behind = decide(0.5, age_h=0.2)
+    behind = decide(1.0, outage_h=1.0)  # ~6 h of waits and restarts expected against 1 h: behind
     assert behind.markets == ON_DEMAND_ONLY and "on-demand until spot returns" in behind.reason
-    assert decide(100.0, age_h=5.0).markets == SPOT_ONLY  # slack to spare: wait out any outage
-    # between the two: a young outage is likely a blip and is waited out; an old one likely lasts
-    assert decide(2.0, age_h=0.05).markets == SPOT_ONLY
-    assert decide(2.0, age_h=0.5).markets == ON_DEMAND_ONLY
-
-
-MIXED = (0.1,) * 12 + (3.0,) * 4  # outages: mostly blips, a few long ones
-
-
-def test_the_outage_cutoff_waits_out_the_short_outages_the_slack_affords() -> None:
-    from spotfleet.policies.slack import outage_cutoff
-
-    def cutoff(spendable: float, runs: tuple[float, ...] = MIXED) -> float:
-        supply = SpotSupply(0.7, 4.0, 1.0, up_now=False, down_runs_h=runs)
-        return outage_cutoff(spendable_h=spendable, work_left_h=20.0, hazard_per_h=0.25, supply=supply,
-                             restart_h=0.2)  # fmt: skip
-
-    # 20 h of work: 5 reclaims (1 h of restarts) and 5 outages of the market
-    # not even the restarts fit: wait out only what spends less than on-demand's round trip (the blips)
-    assert 0.1 <= cutoff(0.8) < 0.2
-    assert 0.1 <= cutoff(3.0) < 3.0  # the blips fit, the long outages do not
-    assert math.isinf(cutoff(50.0))  # every outage fits
-    cutoffs = [cutoff(s) for s in (0.8, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 50.0)]
-    assert cutoffs == sorted(cutoffs)  # more slack never waits less
-    # outages that are all long: with the slack short, none is worth waiting for
-    assert cutoff(0.8, runs=(3.0,) * 16) == 0.0
+    assert decide(100.0, outage_h=1.0).markets == SPOT_ONLY  # slack to spare: wait for spot
+    assert decide(1.0, outage_h=0.3).markets == SPOT_ONLY  # outages shorter than a round trip (2 × 0.2 h)
 
 
 def test_slack_pace_is_uniform_progress_written_in_slack() -> None:
