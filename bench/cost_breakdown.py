@@ -36,11 +36,19 @@ from spotfleet.sim.traces import TraceSet, load_traces
 
 
 def policy_breakdown(
-    traces: TraceSet, policy: str, tick: int, *, work: float, deadline: float, restart: float, ckpt_min: float
+    traces: TraceSet,
+    policy: str,
+    tick: int,
+    *,
+    work: float,
+    deadline: float,
+    restart: float,
+    ckpt_min: float,
+    history_hours: float = 0.0,
 ) -> dict[str, Any]:
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
-        checkpoint_interval=timedelta(minutes=ckpt_min) if ckpt_min > 0 else None,
+        checkpoint_interval=timedelta(minutes=ckpt_min) if ckpt_min > 0 else None, history_hours=history_hours,
     )  # fmt: skip
     sim = run.sim
     assert sim is not None
@@ -162,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart-hours", type=float, default=0.2)
     p.add_argument("--checkpoint-minutes", type=float, default=30.0)
     p.add_argument("--policy", default="spotfleet")
+    p.add_argument("--history-hours", type=float, default=0.0,
+                   help="hours of the traces before each start the controller has watched (policy_cost's flag)")  # fmt: skip
     p.add_argument("--json", default="")
     args = p.parse_args(argv)
     full = load_traces(args.traces, align="time")
@@ -177,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         ticks = start_ticks(traces, count=args.starts, window_hours=args.deadline_hours)
         for tick in ticks:
             kw = {"work": args.work_hours, "deadline": args.deadline_hours, "restart": args.restart_hours}
-            mine = policy_breakdown(traces, args.policy, tick, ckpt_min=args.checkpoint_minutes, **kw)
+            mine = policy_breakdown(traces, args.policy, tick, ckpt_min=args.checkpoint_minutes,
+                                    history_hours=args.history_hours, **kw)  # fmt: skip
             opt = optimal_breakdown(traces, tick, **kw)
             row = {"zones": zones, "tick": tick, "policy": mine, "optimal": opt, "ratio": mine["cost"] / opt["cost"]}
             rows.append(row)
