@@ -96,8 +96,10 @@ def market_history_log(paths: Iterable[Path]) -> AvailabilityLog:
 
     The log is in memory and a new controller starts from the priors; a trace
     of the same pools (a public one, or an earlier export) gives it their run
-    lengths from the first step — ``remaining_up_h``, the outage lengths and
-    the market's up share that the deadline rules read. Each file is replayed
+    lengths from the first step — the up share, mean up and down runs and
+    ``remaining_up_h`` that the deadline rules read. Pools match by
+    ``Offering.key``, so a trace's ``cloud`` must be the provider's name in the
+    config. Each file is replayed
     as a closed period (``AvailabilityLog.replay(detached=True)``): its hours
     and runs count, its last open run does not. Read before anything is
     opened, so a bad path fails the start with nothing to undo."""
