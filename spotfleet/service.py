@@ -99,15 +99,17 @@ def market_history_log(paths: Iterable[Path]) -> AvailabilityLog:
     lengths from the first step — the up share, mean up and down runs and
     ``remaining_up_h`` that the deadline rules read. Pools match by
     ``Offering.key``, so a trace's ``cloud`` must be the provider's name in the
-    config. Each file is replayed
-    as a closed period (``AvailabilityLog.replay(detached=True)``): its hours
-    and runs count, its last open run does not. Read before anything is
-    opened, so a bad path fails the start with nothing to undo."""
+    config. Each file is replayed as a closed period
+    (``AvailabilityLog.replay(detached=True)``): its hours and runs count, its
+    last open run does not. Read before anything is opened, so a bad path
+    fails the start with nothing to undo."""
     log = AvailabilityLog()
-    for path in paths:
-        with requires("sim", "market_history (learning spot run lengths from trace files)"):
-            from spotfleet.sim.traces import InvalidTrace, availability_history, load_traces
-        where = Path(path).expanduser()
+    paths = [Path(p).expanduser() for p in paths]
+    if not paths:
+        return log  # the simulator's numpy is needed only to read traces
+    with requires("sim", "market_history (learning spot run lengths from trace files)"):
+        from spotfleet.sim.traces import InvalidTrace, availability_history, load_traces
+    for where in paths:
         if not where.exists():
             raise InvalidSpec("market_history", f"{where} does not exist: give trace files or folders of them")
         try:

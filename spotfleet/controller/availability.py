@@ -28,13 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import PoolAvailability
-
-
-def market_key_of(pool_key: str) -> str:
-    """The market key (``spot_market_key``) of a spot pool's ``Offering.key``."""
-    return pool_key.rsplit(":", 1)[0] + ":*"
-
+from spotfleet.model.snapshot import PoolAvailability, market_key_of
 
 RECENT_RUNS = 256
 """Completed up runs kept per key: what the remaining-life estimate reads."""

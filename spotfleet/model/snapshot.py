@@ -101,7 +101,18 @@ class PoolAvailability:
 
 def spot_market_key(offering: Offering) -> str:
     """The key of an instance type's spot market across all its zones (``PoolAvailability.key``)."""
-    return f"{offering.provider}:spot:{offering.instance_type}:*"
+    return spot_pool_key(offering.provider, offering.instance_type, "*")
+
+
+def spot_pool_key(provider: str, instance_type: str, zone: str) -> str:
+    """``Offering.key`` of a spot pool (``zone="*"``: its market, ``spot_market_key``),
+    for callers that name a pool without an offering (replayed traces)."""
+    return f"{provider}:spot:{instance_type}:{zone}"
+
+
+def market_key_of(pool_key: str) -> str:
+    """The market key (``spot_market_key``) of a spot pool's ``Offering.key``."""
+    return pool_key.rsplit(":", 1)[0] + ":*"
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from spotfleet.errors import InvalidSpec
 from spotfleet.model.offering import Market, Offerings
+from spotfleet.model.snapshot import spot_pool_key
 
 DEFAULT_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_SPOT_RATIO = 0.3
@@ -376,7 +377,7 @@ def availability_history(
     first, end = max(0, first_tick), min(end_tick, traces.n_ticks)
     if first >= end:
         return
-    keys = [f"{z.cloud}:spot:{z.instance_type}:{z.zone}" for z in traces.zones]
+    keys = [spot_pool_key(z.cloud, z.instance_type, z.zone) for z in traces.zones]
     up = np.stack([z.available[first:end] > 0 for z in traces.zones])
     changed = np.flatnonzero((np.diff(up, axis=1) != 0).any(axis=0)) + 1
     for offset in (0, *changed.tolist()):

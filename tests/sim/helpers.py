@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,9 +11,29 @@ from typing import Any
 from spotfleet.sim.traces import TraceFile, TraceSet
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_TRACES = Path(os.environ.get("SPOTFLEET_SHARED_TRACES", REPO.parent / "shared" / "data" / "traces"))
-"""The reference traces: ``../shared/data/traces`` next to the checkout, or wherever
-``SPOTFLEET_SHARED_TRACES`` points (a clone elsewhere, e.g. CI's in /tmp)."""
+
+
+def _shared_traces() -> Path:
+    """``SPOTFLEET_SHARED_TRACES`` when set; else ``../shared/data/traces`` next to
+    this checkout, or next to the checkout it was cloned from when that is a local
+    path (CI's fresh clone in /tmp: ``git clone -q . /tmp/ci-check``)."""
+    if os.environ.get("SPOTFLEET_SHARED_TRACES"):
+        return Path(os.environ["SPOTFLEET_SHARED_TRACES"])
+    beside = REPO.parent / "shared" / "data" / "traces"
+    if beside.is_dir():
+        return beside
+    origin = subprocess.run(["git", "-C", str(REPO), "config", "--get", "remote.origin.url"],
+                            capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    if origin and "://" not in origin and Path(origin).is_dir():
+        cloned_from = Path(origin).resolve().parent / "shared" / "data" / "traces"
+        if cloned_from.is_dir():
+            return cloned_from
+    return beside
+
+
+SHARED_TRACES = _shared_traces()
+"""The reference traces (``_shared_traces``); the tests that read them skip, naming
+the path, when none is found."""
 
 MakeSet = Callable[..., TraceSet]
 

@@ -50,11 +50,12 @@ def test_subsets_mode_reports_mean_and_worst_per_policy(tmp_path: Path, capsys: 
     traces = write_traces(tmp_path / "traces")
     code = bench().main(
         ["--traces", str(traces), "--subsets", "2", "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
-         "--policies", "greedy", "spotfleet"]
+         "--policies", "greedy", "spotfleet", "--history-hours", "2"]
     )  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     assert "3 of 3 2-zone subsets" in out and "worst subset" in out
+    assert all(json.loads(line)["history_hours"] == 2.0 for line in out.splitlines() if line.startswith("{"))
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     by = {d["policy"]: d for d in lines}
     assert set(by) == {"optimal", "greedy", "spotfleet"}

@@ -115,18 +115,24 @@ def test_every_bundled_set_is_small_valid_and_attributed() -> None:
 
 
 def test_history_hours_lets_the_controller_learn_the_traces_before_the_start(tmp_path: Path) -> None:
-    traces = write_traces(tmp_path / "traces")
+    # one pool that flapped every 10 min for the 8 h before the start and is up from then on:
+    # only a controller given those hours sees the flapping, so the two runs differ
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    flapped = trace_file("us-east-1a", [1, 0] * 24 + [1] * 36, tick=600, spot=1.0, on_demand=3.06)
+    (folder / "a.json").write_text(flapped.model_dump_json())
     workload = tmp_path / "w.yaml"
-    workload.write_text("start_tick: 24\njobs:\n  - {name: train, work: 2h, deadline: 5h, resources: {gpus: 1}}\n")
+    workload.write_text("start_tick: 48\njobs:\n  - {name: train, work: 2h, deadline: 3h, resources: {gpus: 1}}\n")
     docs = []
-    for hours in ("0", "4"):
+    for hours in ("0", "8"):
         result = CliRunner().invoke(
-            app, ["simulate", "--traces", str(traces), "--workload", str(workload), "--policy", "spotfleet",
+            app, ["simulate", "--traces", str(folder), "--workload", str(workload), "--policy", "spotfleet",
                   "--history-hours", hours, "-o", "json"],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         docs.append(json.loads(result.stdout))
     assert all(d["deadline_misses"] == 0 and d["jobs"][0]["state"] == "succeeded" for d in docs)
-    bad = CliRunner().invoke(app, ["simulate", "--traces", str(traces), "--workload", str(workload),
+    assert docs[0]["cost"] != docs[1]["cost"], "the history reached the controller"
+    bad = CliRunner().invoke(app, ["simulate", "--traces", str(folder), "--workload", str(workload),
                                    "--history-hours", "-1"])  # fmt: skip
     assert bad.exit_code == 2 and "--history-hours" in bad.stderr
