@@ -67,11 +67,14 @@ class AgentEvent(Wire):
     """Something the agent decided on its own that the controller should record
     (a job over its GPU memory share, a stop for it, a MIG reconfiguration)."""
 
-    kind: str
-    level: str = "info"
+    # bounded like the events table's columns (``store.schema.EventRow``): a longer
+    # value is the agent's mistake, a 422, not PostgreSQL's truncation error (a 500;
+    # SQLite does not check lengths) — the API fuzzer's find in CI
+    kind: Annotated[str, Field(max_length=64)]
+    level: Annotated[str, Field(max_length=16)] = "info"
     message: str
     at: datetime
-    job_id: str | None = None
+    job_id: Annotated[str, Field(max_length=64)] | None = None
     attempt: Count32 | None = None
     node_rank: Count32 | None = None
     data: dict[str, Any] = Field(default_factory=dict)

@@ -224,6 +224,19 @@ def test_nul_in_agent_reports_is_refused_before_the_store(h: Harness) -> None:
     assert client.post("/v1/agent/logs", json=log, headers=auth_header).status_code == 200
 
 
+def test_agent_event_fields_past_the_store_columns_are_422(h: Harness) -> None:
+    """The fuzzer's find in CI: an event ``level`` longer than its VARCHAR(16) was
+    PostgreSQL's truncation error, a 500 (SQLite does not check lengths)."""
+    _, client, auth_header = bound_agent(h)
+    event = {"kind": "k", "message": "m", "at": "2026-01-01T00:00:00Z"}
+    for field, value in (("level", "x" * 17), ("kind", "k" * 65), ("job_id", "j" * 65)):
+        beat = {"events": [{**event, field: value}]}
+        resp = client.post("/v1/agent/heartbeat", json=beat, headers=auth_header)
+        assert resp.status_code == 422 and field in resp.json()["error"], resp.text
+    ok = client.post("/v1/agent/heartbeat", json={"events": [{**event, "level": "x" * 16}]}, headers=auth_header)
+    assert ok.status_code == 200, ok.text
+
+
 def test_huge_query_integers_are_422_not_a_database_overflow(h: Harness, client: TestClient) -> None:
     """The fuzzer's find in CI: ``offset`` past BIGINT was PostgreSQL's error, a 500."""
     h.submit(name="a")
