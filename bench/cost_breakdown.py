@@ -12,8 +12,8 @@ starts as ``bench/policy_cost.py --subsets``), runs the policy and the optimum
 - when on-demand was first used, and the slack left then (estimated from the
   bills: progress = paid time minus one restart per instance).
 
-    python bench/cost_breakdown.py --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 10 \
-        --only-worst 4 --json /tmp/breakdown.json
+    python -m bench.cost_breakdown --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 10 \
+        --only us-east-1c,us-east-1f,us-west-2b --json /tmp/breakdown.json
 
 Writes one JSON object per start (``--json``) and prints per subset the mean
 of each figure for the policy and the optimum.

@@ -122,6 +122,17 @@ def market_history_log(paths: Iterable[Path]) -> AvailabilityLog:
     return log
 
 
+def unmatched_history_clouds(history: AvailabilityLog, providers: Iterable[str]) -> list[str]:
+    """The clouds of learned history that no configured provider is named after.
+
+    Pools match by ``Offering.key``, whose first part is the provider's name in
+    the config, so a trace of cloud ``aws`` read by a controller whose AWS
+    provider is called ``aws-east`` is learned and then never consulted: the
+    operator is told instead of finding out from ``explain``."""
+    names = set(providers)
+    return sorted({r.key.split(":", 1)[0] for r in history.records()} - names)
+
+
 class Service:
     def __init__(self, config: Config, *, clock: Clock | None = None, log_format: str = "text") -> None:
         self.config = config
@@ -149,6 +160,10 @@ class Service:
             pools = [r for r in history.records() if not r.key.endswith(":*")]
             log.info("market_history: learned %d spot pools (%d ended runs) from %d trace path(s)", len(pools),
                      sum(r.ended_runs for r in pools), len(config.market_history))  # fmt: skip
+            for cloud in unmatched_history_clouds(history, config.providers):
+                log.warning("market_history: the traces' cloud %r is no provider in this config (%s): its pools "
+                            "are never used; name the provider %r under providers to use them", cloud,
+                            ", ".join(sorted(config.providers)) or "none", cloud)  # fmt: skip
         self.controller.wake = self.wake
         self.controller.step_interval = r.interval
         self.elector = Elector(self.store, cluster=config.cluster, clock=self.clock, ttl=config.ha.lease_ttl,

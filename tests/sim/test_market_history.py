@@ -96,3 +96,26 @@ def test_market_history_errors_name_the_setting(tmp_path: Path) -> None:
     with pytest.raises(InvalidSpec) as bad:
         market_history_log([tmp_path])
     assert bad.value.field == "market_history" and "bad.json" in bad.value.message
+
+
+def test_a_service_warns_when_no_provider_is_named_after_the_traces_cloud(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pools match by provider name: history of cloud ``aws`` under a config whose
+    only provider is ``local`` is learned and never used, and ``up`` says so."""
+    from spotfleet.clock import FakeClock
+    from spotfleet.config import load_config
+    from spotfleet.service import Service, unmatched_history_clouds
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _write(traces, "us-east-1a", [1, 1, 0, 1])
+    log = market_history_log([traces])
+    assert unmatched_history_clouds(log, ["local"]) == ["aws"]
+    assert unmatched_history_clouds(log, ["aws", "local"]) == []
+    cfg = load_config(overrides={"data_dir": str(tmp_path / "data"), "api.port": 0, "market_history": [str(traces)]})
+    with caplog.at_level("WARNING", logger="spotfleet.service"):
+        service = Service(cfg, clock=FakeClock())
+    service.store.close()
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("'aws' is no provider in this config (local)" in m and "name the provider 'aws'" in m for m in warned)
