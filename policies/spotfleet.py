@@ -288,36 +288,22 @@ class SpotfleetPolicy:
         now: datetime,
     ) -> str | None:
         """``why`` (a move back to spot) when it pays for its restarts and the
-        slack they spend (``slack.return_to_spot_pays``) and, when the slack is
-        expected to run out, when the spot run it expects keeps the job on pace
-        (``slack_pace`` at the run's expected end), else None.
-
-        Pacing: on spot the slack stays put between restarts, while an even
-        spending of it (Can't Be Late's uniform-progress line) falls by
-        ``S₀/D`` an hour. A run expected to last (``1/λ`` of the pool's current
-        run, ``pool_hazard``: long once a pool has held for a while) earns its
-        restarts back against that line; a likely blip does not, and the job
-        stays on on-demand rather than spend on it the slack that later, longer
-        runs need — the slack a job that has come to on-demand with little of it
-        left would otherwise lose, locking it on on-demand for the rest."""
+        slack they spend (``slack.return_to_spot_pays``), else None."""
         slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
-        work_left = max(0.0, hours - progress_hours(job, hours))
-        hazard = view.hazard * shape.nodes
         gain, cost = return_to_spot_pays(
             slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
-            spot_price=view.spot_price * shape.nodes, hazard_per_h=hazard, work_left_h=work_left,
-            restart_h=self.knobs.restart_delay_h,
+            spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
         )  # fmt: skip
         if gain <= cost:
             return None
-        if slack.pressure >= 0.5:
-            run = min(work_left, 1.0 / hazard) if hazard > 0 else work_left
-            pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=run)
+        if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
+            pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
             if pace is not None and pace < 0:
-                return None  # the slack will run out and this run would leave the job behind an even spending
+                return None  # the slack will run out: stay until ahead of an even spending of it
         return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack)"
 
     # ------------------------------------------------------------------
@@ -560,12 +546,11 @@ def slack_pace(job: Job, *, now: datetime, expected_hours: float, ahead_h: float
     With ``D`` the window (submission to deadline) and ``S₀ = D − work`` its
     slack at submission, an even spending leaves ``S₀ · (time left)/D`` — Can't
     Be Late's uniform-progress line written in slack. Used only when the slack
-    is expected to run out (``SlackOutlook.pressure ≥ ½``): a job on on-demand
-    returns to spot only if it is on or above that line at the end of the
-    spot run it expects (``ahead_h``: see ``SpotfleetPolicy._return_pays``), so
-    it does not spend on blips now the slack that later, longer runs need;
-    with slack to spare the line plays no part (pacing a job that will not run
-    short only buys on-demand it does not need)."""
+    is expected to run out (``SlackOutlook.pressure ≥ ½``): a job that came to
+    on-demand then stays until it is ahead of that line, so it does not spend
+    on flapping spot now the slack that later, longer runs need; with slack to
+    spare the line plays no part (pacing a job that will not run short only
+    buys on-demand it does not need)."""
     deadline = job.spec.deadline
     if deadline is None:
         return None

@@ -202,36 +202,6 @@ def test_running_on_demand_deadline_job_returns_to_spot_when_the_slack_covers_it
     assert moves(timedelta(hours=5), fraction=0.95) == []
 
 
-def test_with_the_slack_running_out_a_job_returns_to_spot_only_for_a_run_that_keeps_it_on_pace() -> None:
-    """48 h of work in a 52 h window (4 h of slack), on on-demand at hour 26 with 24 h of work left: the
-    reclaims ahead will use up the slack, so a return to spot must leave the job on or above an even
-    spending of its slack (4 h × time left / 52 h) when the spot run it expects ends. At 1.9 h of slack
-    (0.1 h behind the line), a pool whose runs last about an hour does not earn its restarts back; one whose
-    runs last 10 h does. Only the expected run differs between the two."""
-    from spotfleet.model.snapshot import PoolAvailability, spot_market_key
-
-    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
-    od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
-
-    def moves(run_h: float, runs: int, slack_h: float) -> list[Any]:
-        od = instance("od", od_offer)
-        done = 48.0 - (26.0 - slack_h)
-        j = running("d", od, (0,), deadline=(T0 + timedelta(hours=52)).isoformat(), expected_duration="48h",
-                    checkpoint={"interval": "30m"}, progress={"fraction": done / 48.0, "market": "on_demand"})  # fmt: skip
-        seen = [PoolAvailability(key, run_h * runs, 0.5 * runs, runs, True, (run_h,) * runs, 0.0)
-                for key in (spot.key, spot_market_key(spot))]  # fmt: skip
-        snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=T0 + timedelta(hours=26),
-                        availability=tuple(seen))  # fmt: skip
-        plan = SpotfleetPolicy(Knobs(restart_delay_h=0.2)).plan(snap)
-        assert plan.markets == {} and plan.commands == _moves(plan.commands)  # nothing but the move, if any
-        return _moves(plan.commands)
-
-    assert moves(1.0, 20, 1.9) == []  # an hour's run: the line falls 0.08 h, the job stays 0.02 h behind
-    (back,) = moves(10.0, 5, 1.9)  # long runs: the run (capped by the reclaim prior, 2.1 h) passes the line
-    assert isinstance(back, Drain) and "back to spot" in back.reason
-    assert len(moves(1.0, 20, 2.0)) == 1  # on the line now: the short run keeps it ahead
-
-
 def test_a_shared_on_demand_instance_is_not_drained_for_one_jobs_move() -> None:
     spot = offering("g5.xlarge", "A10G", 2, 0.3, market=Market.SPOT, on_demand=1.0)
     od = instance("od", offering("g5.xlarge", "A10G", 2, 1.0))
