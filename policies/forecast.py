@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord, spot_market_key
+from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord, provider_of_key, spot_market_key
 
 PRIOR_UP_RUN_H = 2.9
 """Prior mean available run of a spot pool (hours; see the module docstring)."""
@@ -174,8 +174,7 @@ class Forecast:
 
 
 def _prior_for_pool(pool: str) -> float:
-    provider = pool.split(":", 1)[0]
-    return HAZARD_PRIOR_PER_HOUR.get(provider, DEFAULT_HAZARD_PRIOR)
+    return HAZARD_PRIOR_PER_HOUR.get(provider_of_key(pool), DEFAULT_HAZARD_PRIOR)
 
 
 def _posterior(prior: float, interruptions: float, hours: float, strength: float) -> float:

@@ -36,7 +36,7 @@ from spotfleet.errors import ControllerLocked, InvalidSpec, PortInUse
 from spotfleet.extras import requires
 from spotfleet.files import private_database, private_dir
 from spotfleet.metrics import FleetMetrics
-from spotfleet.model.snapshot import Budget
+from spotfleet.model.snapshot import Budget, provider_of_key
 from spotfleet.policies.base import Policy
 from spotfleet.providers.base import Provider
 from spotfleet.providers.registry import build_providers
@@ -130,7 +130,7 @@ def unmatched_history_clouds(history: AvailabilityLog, providers: Iterable[str])
     provider is called ``aws-east`` is learned and then never consulted: the
     operator is told instead of finding out from ``explain``."""
     names = set(providers)
-    return sorted({r.key.split(":", 1)[0] for r in history.records()} - names)
+    return sorted({provider_of_key(r.key) for r in history.records()} - names)
 
 
 class Service:

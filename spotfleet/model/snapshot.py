@@ -115,6 +115,11 @@ def market_key_of(pool_key: str) -> str:
     return pool_key.rsplit(":", 1)[0] + ":*"
 
 
+def provider_of_key(pool_key: str) -> str:
+    """The provider (its name in the config) of a pool or market key."""
+    return pool_key.split(":", 1)[0]
+
+
 @dataclass(slots=True)
 class Snapshot:
     """Everything the planner may look at, read at one instant.
