@@ -36,9 +36,12 @@ restarts, where the mean and spread are what matter.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
-from spotfleet.policies.forecast import SpotSupply
+from spotfleet.policies.forecast import PRIOR_UP_RUN_H, SpotSupply
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +116,72 @@ def return_to_spot_pays(
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
     cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
     return gain, cost
+
+
+@dataclass(frozen=True, slots=True)
+class EntryTiming:
+    """Expected net value (USD, against staying on on-demand) of entering a spot
+    run now, and of entering it later, once it has lasted ``best_age_h``."""
+
+    now: float
+    later: float
+    best_age_h: float
+
+    @property
+    def wait(self) -> bool:
+        """Is waiting for the run to age worth more than entering now?"""
+        return self.later > self.now
+
+
+def entry_timing(
+    runs_h: Iterable[float],
+    age_h: float,
+    *,
+    premium_per_h: float,
+    entry_cost: float,
+    work_left_h: float,
+    restart_h: float,
+    prior_run_h: float = PRIOR_UP_RUN_H,
+) -> EntryTiming:
+    """When to enter a pool's current spot run, from the lengths of its past runs.
+
+    A job on on-demand that enters a run lasting ``L`` gains the premium over
+    ``min(L, work left) − d`` hours and pays ``entry_cost`` (its restart and the
+    slack it spends, ``return_to_spot_pays``), however short the run. Entering
+    once the run has lasted ``a`` forgoes ``a`` hours of premium on the long
+    runs but skips every run shorter than ``a``. Over the recorded runs longer
+    than the current age (each an equal chance), plus one prior run that is
+    exponential with mean ``prior_run_h`` (memoryless, as in
+    ``forecast.remaining_life``), the value of entering at age ``a`` is
+
+        Σ over runs with L > a of (premium · max(0, min(L − a, W) − d) − entry_cost)
+
+    and the candidates ``a`` are the run lengths above the current age (the
+    value only jumps there). In a market whose runs are exponential, waiting
+    never pays (it only loses premium); in a bursty one — many blips, some long
+    runs — it pays exactly when the blips' entry costs outweigh the premium
+    forgone on the long runs. Nothing is fitted: the costs are the job's own,
+    the lengths are the pool's observed runs."""
+    d = max(0.0, restart_h)
+    w = max(0.0, work_left_h)
+    p = max(1e-9, prior_run_h)
+    runs = sorted(length for length in runs_h if length > age_h)
+    prefix = [0.0, *accumulate(runs)]
+    n = len(runs)
+    prior_gain = premium_per_h * p * (math.exp(-d / p) - math.exp(-w / p)) if w > d else 0.0
+
+    def value(a: float) -> float:
+        lo = bisect_right(runs, a + d)
+        hi = max(lo, bisect_right(runs, a + w))
+        gained = (prefix[hi] - prefix[lo]) - (hi - lo) * (a + d) + (n - hi) * max(0.0, w - d)
+        alive = n - bisect_right(runs, a)
+        survives = math.exp(-(a - age_h) / p)
+        return premium_per_h * gained - entry_cost * alive + survives * (prior_gain - entry_cost)
+
+    now = value(age_h)
+    later, best_age = now, age_h
+    for a in runs:
+        v = value(a)
+        if v > later:
+            later, best_age = v, a
+    return EntryTiming(now, later, best_age)

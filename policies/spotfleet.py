@@ -64,7 +64,7 @@ from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_gene
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
-from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
+from spotfleet.policies.slack import SlackOutlook, entry_timing, outlook, return_to_spot_pays
 
 
 @dataclass(slots=True)
@@ -293,13 +293,20 @@ class SpotfleetPolicy:
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
+        premium = max(0.0, view.on_demand_price - view.spot_price) * shape.nodes
+        work_left = max(0.0, hours - progress_hours(job, hours))
         gain, cost = return_to_spot_pays(
-            slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
-            spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
-            work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
+            slack, premium_per_h=premium, spot_price=view.spot_price * shape.nodes,
+            hazard_per_h=view.hazard * shape.nodes, work_left_h=work_left, restart_h=self.knobs.restart_delay_h,
         )  # fmt: skip
         if gain <= cost:
             return None
+        seen = forecast.availability.get(view.pool_key)
+        if seen is not None and seen.up_now:
+            timing = entry_timing(seen.recent_runs_h, seen.up_for_h, premium_per_h=premium, entry_cost=cost,
+                                  work_left_h=work_left, restart_h=self.knobs.restart_delay_h)  # fmt: skip
+            if timing.wait:
+                return None  # the pool's runs say: let this one last past its blips before paying to enter
         if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
             pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
             if pace is not None and pace < 0:
@@ -502,6 +509,7 @@ class MarketView:
     hazard: float  # of the pool's current run, given its age (``pool_hazard``): for a move now
     supply: SpotSupply
     long_run_hazard: float = 0.0  # the pool's average reclaim rate: for the slack outlook over the work left
+    pool_key: str = ""  # the cheapest usable spot pool's ``Offering.key``
 
 
 def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
@@ -526,7 +534,12 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
         long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
-            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
+            spot_price=cheapest.price_per_hour,
+            on_demand_price=min(o.price_per_hour for o in od),
+            hazard=pool_hazard(index, cheapest),
+            supply=supply,
+            long_run_hazard=long_run,
+            pool_key=cheapest.key,
         )
     cache[shape] = view
     return view
