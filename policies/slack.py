@@ -141,6 +141,7 @@ def entry_timing(
     entry_cost: float,
     work_left_h: float,
     restart_h: float,
+    step_h: float = 0.0,
     prior_run_h: float = PRIOR_UP_RUN_H,
 ) -> EntryTiming:
     """When to enter a pool's current spot run, from the lengths of its past runs.
@@ -157,7 +158,9 @@ def entry_timing(
         Σ over runs with L > a of (premium · max(0, min(L − a, W) − d) − entry_cost)
 
     and the candidates ``a`` are the run lengths above the current age (the
-    value only jumps there). In a market whose runs are exponential, waiting
+    value only jumps there) that are at least one decision step ``step_h``
+    away, and the next step itself: the job cannot enter sooner, so skipping a
+    run that ends before the next step is no option. In a market whose runs are exponential, waiting
     never pays (it only loses premium); in a bursty one — many blips, some long
     runs — it pays exactly when the blips' entry costs outweigh the premium
     forgone on the long runs. Nothing is fitted: the costs are the job's own,
@@ -180,7 +183,8 @@ def entry_timing(
 
     now = value(age_h)
     later, best_age = now, age_h
-    for a in runs:
+    soonest = age_h + max(0.0, step_h)
+    for a in (soonest, *runs[bisect_right(runs, soonest) :]):
         v = value(a)
         if v > later:
             later, best_age = v, a

@@ -304,7 +304,8 @@ class SpotfleetPolicy:
         seen = forecast.availability.get(view.pool_key)
         if seen is not None and seen.up_now:
             timing = entry_timing(seen.recent_runs_h, seen.up_for_h, premium_per_h=premium, entry_cost=cost,
-                                  work_left_h=work_left, restart_h=self.knobs.restart_delay_h)  # fmt: skip
+                                  work_left_h=work_left, restart_h=self.knobs.restart_delay_h,
+                                  step_h=self.knobs.decision_interval_h or 0.0)  # fmt: skip
             if timing.wait:
                 return None  # the pool's runs say: let this one last past its blips before paying to enter
         if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
