@@ -40,7 +40,6 @@ class Knobs:
     """Planned moves of running spot jobs to a cheaper pool per plan (bounds plan time and churn)."""
 
     # --- capacity
-    """How long a pool stays marked unavailable after InsufficientCapacity."""
     max_alternatives: int = 3
     """Substitute offerings carried on a Launch for the executor to try."""
 
@@ -59,9 +58,9 @@ class Knobs:
     # --- preemption
     preemption_enabled: bool = True
     preemption_max_jobs: int = 50
+    """Urgent jobs considered for preemption per plan (bounds work and disruption per step)."""
     preemptions_per_job_per_hour: int = 2
     """A job preempted this many times in the last hour is no longer a victim (no preemption storms)."""
-    """Urgent jobs considered for preemption per plan (bounds work and disruption per step)."""
     explain_top: int = 5
     """How many ranked offerings explain shows."""
 
