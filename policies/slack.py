@@ -126,11 +126,13 @@ class EntryTiming:
     now: float
     later: float
     best_age_h: float
+    noise: float = 0.0  # one standard error of ``later − now`` over the runs it was estimated from
 
     @property
     def wait(self) -> bool:
-        """Is waiting for the run to age worth more than entering now?"""
-        return self.later > self.now
+        """Is waiting for the run to age worth more than entering now, by more
+        than the noise of an estimate from a handful of runs?"""
+        return self.later - self.now > self.noise
 
 
 def entry_timing(
@@ -160,11 +162,17 @@ def entry_timing(
     and the candidates ``a`` are the run lengths above the current age (the
     value only jumps there) that are at least one decision step ``step_h``
     away, and the next step itself: the job cannot enter sooner, so skipping a
-    run that ends before the next step is no option. In a market whose runs are exponential, waiting
-    never pays (it only loses premium); in a bursty one — many blips, some long
-    runs — it pays exactly when the blips' entry costs outweigh the premium
-    forgone on the long runs. Nothing is fitted: the costs are the job's own,
-    the lengths are the pool's observed runs."""
+    run that ends before the next step is no option. In a market whose runs
+    are exponential, waiting never pays (it only loses premium); in a bursty
+    one — many blips, some long runs — it pays exactly when the blips' entry
+    costs outweigh the premium forgone on the long runs.
+
+    The best wait is picked from the same runs it is judged on, so with a
+    handful of runs some wait always fits the sample (two runs, one of them
+    short: skip it). ``noise`` is one standard error of the wait's gain, from
+    the spread of its per-run gains: ``wait`` holds only when the gain exceeds
+    it, so a wait needs runs enough to show the pattern. Nothing is fitted:
+    the costs are the job's own, the lengths are the pool's observed runs."""
     d = max(0.0, restart_h)
     w = max(0.0, work_left_h)
     p = max(1e-9, prior_run_h)
@@ -188,4 +196,14 @@ def entry_timing(
         v = value(a)
         if v > later:
             later, best_age = v, a
-    return EntryTiming(now, later, best_age)
+    if best_age == age_h:
+        return EntryTiming(now, later, best_age)
+
+    def one(length: float, a: float) -> float:
+        return premium_per_h * max(0.0, min(length - a, w) - d) - entry_cost if length > a else 0.0
+
+    gains = [one(length, best_age) - one(length, age_h) for length in runs]
+    gains.append((math.exp(-(best_age - age_h) / p) - 1.0) * (prior_gain - entry_cost))
+    mean = sum(gains) / len(gains)
+    spread = math.sqrt(sum((g - mean) ** 2 for g in gains) / (len(gains) - 1))
+    return EntryTiming(now, later, best_age, noise=spread * math.sqrt(len(gains)))

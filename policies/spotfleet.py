@@ -301,11 +301,15 @@ class SpotfleetPolicy:
         )  # fmt: skip
         if gain <= cost:
             return None
-        seen = forecast.availability.get(view.pool_key)
-        if seen is not None and seen.up_now:
-            timing = entry_timing(seen.recent_runs_h, seen.up_for_h, premium_per_h=premium, entry_cost=cost,
-                                  work_left_h=work_left, restart_h=self.knobs.restart_delay_h,
-                                  step_h=self.knobs.decision_interval_h or 0.0)  # fmt: skip
+        ranked = index.ranked(shape, SPOT_ONLY, economics_of(job, forecast, self.knobs), group=1)
+        target = ranked[0].offering if len(ranked) else None  # where the requeued job will be placed
+        seen = forecast.availability.get(target.key) if target is not None else None
+        if target is not None and seen is not None and seen.up_now:
+            timing = entry_timing(
+                seen.recent_runs_h, seen.up_for_h, entry_cost=cost, work_left_h=work_left,
+                premium_per_h=max(0.0, view.on_demand_price - target.price_per_hour) * shape.nodes,
+                restart_h=self.knobs.restart_delay_h, step_h=self.knobs.decision_interval_h or 0.0,
+            )  # fmt: skip
             if timing.wait:
                 return None  # the pool's runs say: let this one last past its blips before paying to enter
         if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
@@ -510,7 +514,6 @@ class MarketView:
     hazard: float  # of the pool's current run, given its age (``pool_hazard``): for a move now
     supply: SpotSupply
     long_run_hazard: float = 0.0  # the pool's average reclaim rate: for the slack outlook over the work left
-    pool_key: str = ""  # the cheapest usable spot pool's ``Offering.key``
 
 
 def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
@@ -540,7 +543,6 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
             hazard=pool_hazard(index, cheapest),
             supply=supply,
             long_run_hazard=long_run,
-            pool_key=cheapest.key,
         )
     cache[shape] = view
     return view

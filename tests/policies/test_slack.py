@@ -153,7 +153,13 @@ def test_entering_a_run_is_worth_its_premium_over_each_run_less_the_entry_cost()
     assert math.isclose(t.now, (0.0 - 0.5) + (4.8 - 0.5) + prior)  # the blip pays its entry for nothing
     # entering once the run has outlasted the blip: 0.1 h less premium on the long run, no blip entry
     later = (4.7 - 0.5) + math.exp(-0.1 / p) * prior
-    assert math.isclose(t.later, later) and t.best_age_h == 0.1 and t.wait
+    assert math.isclose(t.later, later) and t.best_age_h == 0.1
+    # ...but two runs cannot show that runs here are blips: the gain is within its noise
+    assert 0 < t.later - t.now < t.noise and not t.wait
+    # eight blips and two long runs can
+    seen = entry_timing([0.1] * 8 + [5.0] * 2, 0.0, premium_per_h=1.0, entry_cost=0.5, work_left_h=10.0,
+                        restart_h=0.2)  # fmt: skip
+    assert seen.later - seen.now > seen.noise and seen.wait
 
 
 def test_a_bursty_pool_is_entered_once_its_run_has_outlasted_the_blips() -> None:
