@@ -239,6 +239,15 @@ class SpotfleetPolicy:
         if gain is None:
             return None
         saving, cost = gain
+        seen = forecast.availability.get(best.offering.key)
+        if seen is not None and seen.up_now:
+            timing = entry_timing(
+                seen.recent_runs_h, seen.up_for_h, entry_cost=cost, work_left_h=remaining,
+                premium_per_h=max(0.0, current.price_per_hour - best.offering.price_per_hour) * shape.nodes,
+                restart_h=t.restart, step_h=self.knobs.decision_interval_h or 0.0,
+            )  # fmt: skip
+            if timing.wait:
+                return None  # the target pool's runs say: let this one outlast its blips first
         return (
             f"migrate: {best.offering.zone} spot ${best.offering.price_per_hour:.2f}/h vs "
             f"{inst.offering.zone} ${current.price_per_hour:.2f}/h saves ${saving:.2f} over the remaining "
