@@ -271,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 # CPU per heartbeat, steps and lease included: what 1,000 heartbeats/s would need, in cores
                 "controller_cpu_ms_per_heartbeat": round((cpu1 - cpu0) / beats * 1000, 2) if beats else None,
                 "postgres_cpu_ms_per_heartbeat": round(cpu_since(pg0, pg1) / beats * 1000, 2) if beats else None,
+                "postgres_processes_measured": len(pg1),  # 0: the server's CPU was not seen, the figure is void
             })  # fmt: skip
             with httpx.Client(base_url=url, timeout=60) as c:
                 times = []

@@ -37,5 +37,8 @@ def test_fleet_load_runs_every_phase_and_prints_its_json_line(workers: int) -> N
     assert 0 < doc["heartbeat_p50_ms"] <= doc["heartbeat_p99_ms"]
     assert doc["steps"] >= 1 and doc["transactions_per_heartbeat"] > 0
     assert doc["list_1000_ms_median"] > 0 and doc["controller_rss_mb"] > 0
-    assert doc["controller_cpu_ms_per_heartbeat"] > 0 and doc["postgres_cpu_ms_per_heartbeat"] >= 0  # ticks of 10 ms
+    assert doc["controller_cpu_ms_per_heartbeat"] > 0
+    # PostgreSQL's CPU may round to 0 in a 2 s run (ticks of 10 ms), but its processes must have been seen:
+    # a lookup that finds none would report 0 for any load
+    assert doc["postgres_processes_measured"] > 0 and doc["postgres_cpu_ms_per_heartbeat"] >= 0
     assert doc["api_workers"] == workers and ("api_worker_rss_mb_max" in doc) == (workers > 0)
