@@ -36,12 +36,9 @@ restarts, where the mean and spread are what matter.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
-from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate
 
-from spotfleet.policies.forecast import PRIOR_UP_RUN_H, SpotSupply
+from spotfleet.policies.forecast import SpotSupply
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,94 +113,3 @@ def return_to_spot_pays(
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
     cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
     return gain, cost
-
-
-@dataclass(frozen=True, slots=True)
-class EntryTiming:
-    """Expected net value (USD, against staying on on-demand) of entering a spot
-    run now, and of entering it later, once it has lasted ``best_age_h``."""
-
-    now: float
-    later: float
-    best_age_h: float
-    noise: float = 0.0  # one standard error of ``later − now`` over the runs it was estimated from
-
-    @property
-    def wait(self) -> bool:
-        """Is waiting for the run to age worth more than entering now, by more
-        than the noise of an estimate from a handful of runs?"""
-        return self.later - self.now > self.noise
-
-
-def entry_timing(
-    runs_h: Iterable[float],
-    age_h: float,
-    *,
-    premium_per_h: float,
-    entry_cost: float,
-    work_left_h: float,
-    restart_h: float,
-    step_h: float = 0.0,
-    prior_run_h: float = PRIOR_UP_RUN_H,
-) -> EntryTiming:
-    """When to enter a pool's current spot run, from the lengths of its past runs.
-
-    A job on on-demand that enters a run lasting ``L`` gains the premium over
-    ``min(L, work left) − d`` hours and pays ``entry_cost`` (its restart and the
-    slack it spends, ``return_to_spot_pays``), however short the run. Entering
-    once the run has lasted ``a`` forgoes ``a`` hours of premium on the long
-    runs but skips every run shorter than ``a``. Over the recorded runs longer
-    than the current age (each an equal chance), plus one prior run that is
-    exponential with mean ``prior_run_h`` (memoryless, as in
-    ``forecast.remaining_life``), the value of entering at age ``a`` is
-
-        Σ over runs with L > a of (premium · max(0, min(L − a, W) − d) − entry_cost)
-
-    and the candidates ``a`` are the run lengths above the current age (the
-    value only jumps there) that are at least one decision step ``step_h``
-    away, and the next step itself: the job cannot enter sooner, so skipping a
-    run that ends before the next step is no option. In a market whose runs
-    are exponential, waiting never pays (it only loses premium); in a bursty
-    one — many blips, some long runs — it pays exactly when the blips' entry
-    costs outweigh the premium forgone on the long runs.
-
-    The best wait is picked from the same runs it is judged on, so with a
-    handful of runs some wait always fits the sample (two runs, one of them
-    short: skip it). ``noise`` is one standard error of the wait's gain, from
-    the spread of its per-run gains: ``wait`` holds only when the gain exceeds
-    it, so a wait needs runs enough to show the pattern. Nothing is fitted:
-    the costs are the job's own, the lengths are the pool's observed runs."""
-    d = max(0.0, restart_h)
-    w = max(0.0, work_left_h)
-    p = max(1e-9, prior_run_h)
-    runs = sorted(length for length in runs_h if length > age_h)
-    prefix = [0.0, *accumulate(runs)]
-    n = len(runs)
-    prior_gain = premium_per_h * p * (math.exp(-d / p) - math.exp(-w / p)) if w > d else 0.0
-
-    def value(a: float) -> float:
-        lo = bisect_right(runs, a + d)
-        hi = max(lo, bisect_right(runs, a + w))
-        gained = (prefix[hi] - prefix[lo]) - (hi - lo) * (a + d) + (n - hi) * max(0.0, w - d)
-        alive = n - bisect_right(runs, a)
-        survives = math.exp(-(a - age_h) / p)
-        return premium_per_h * gained - entry_cost * alive + survives * (prior_gain - entry_cost)
-
-    now = value(age_h)
-    later, best_age = now, age_h
-    soonest = age_h + max(0.0, step_h)
-    for a in (soonest, *runs[bisect_right(runs, soonest) :]):
-        v = value(a)
-        if v > later:
-            later, best_age = v, a
-    if best_age == age_h:
-        return EntryTiming(now, later, best_age)
-
-    def one(length: float, a: float) -> float:
-        return premium_per_h * max(0.0, min(length - a, w) - d) - entry_cost if length > a else 0.0
-
-    gains = [one(length, best_age) - one(length, age_h) for length in runs]
-    gains.append((math.exp(-(best_age - age_h) / p) - 1.0) * (prior_gain - entry_cost))
-    mean = sum(gains) / len(gains)
-    spread = math.sqrt(sum((g - mean) ** 2 for g in gains) / (len(gains) - 1))
-    return EntryTiming(now, later, best_age, noise=spread * math.sqrt(len(gains)))

@@ -64,7 +64,7 @@ from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_gene
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
 from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
 from spotfleet.policies.shape import Shape, shape_of
-from spotfleet.policies.slack import SlackOutlook, entry_timing, outlook, return_to_spot_pays
+from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
 
 
 @dataclass(slots=True)
@@ -239,15 +239,6 @@ class SpotfleetPolicy:
         if gain is None:
             return None
         saving, cost = gain
-        seen = forecast.availability.get(best.offering.key)
-        if seen is not None and seen.up_now:
-            timing = entry_timing(
-                seen.recent_runs_h, seen.up_for_h, entry_cost=cost, work_left_h=remaining,
-                premium_per_h=max(0.0, current.price_per_hour - best.offering.price_per_hour) * shape.nodes,
-                restart_h=t.restart, step_h=self.knobs.decision_interval_h or 0.0,
-            )  # fmt: skip
-            if timing.wait:
-                return None  # the target pool's runs say: let this one outlast its blips first
         return (
             f"migrate: {best.offering.zone} spot ${best.offering.price_per_hour:.2f}/h vs "
             f"{inst.offering.zone} ${current.price_per_hour:.2f}/h saves ${saving:.2f} over the remaining "
@@ -302,25 +293,13 @@ class SpotfleetPolicy:
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
-        premium = max(0.0, view.on_demand_price - view.spot_price) * shape.nodes
-        work_left = max(0.0, hours - progress_hours(job, hours))
         gain, cost = return_to_spot_pays(
-            slack, premium_per_h=premium, spot_price=view.spot_price * shape.nodes,
-            hazard_per_h=view.hazard * shape.nodes, work_left_h=work_left, restart_h=self.knobs.restart_delay_h,
+            slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
+            spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
         )  # fmt: skip
         if gain <= cost:
             return None
-        ranked = index.ranked(shape, SPOT_ONLY, economics_of(job, forecast, self.knobs), group=1)
-        target = ranked[0].offering if len(ranked) else None  # where the requeued job will be placed
-        seen = forecast.availability.get(target.key) if target is not None else None
-        if target is not None and seen is not None and seen.up_now:
-            timing = entry_timing(
-                seen.recent_runs_h, seen.up_for_h, entry_cost=cost, work_left_h=work_left,
-                premium_per_h=max(0.0, view.on_demand_price - target.price_per_hour) * shape.nodes,
-                restart_h=self.knobs.restart_delay_h, step_h=self.knobs.decision_interval_h or 0.0,
-            )  # fmt: skip
-            if timing.wait:
-                return None  # the pool's runs say: let this one last past its blips before paying to enter
         if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
             pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
             if pace is not None and pace < 0:
@@ -547,11 +526,7 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
         long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
-            spot_price=cheapest.price_per_hour,
-            on_demand_price=min(o.price_per_hour for o in od),
-            hazard=pool_hazard(index, cheapest),
-            supply=supply,
-            long_run_hazard=long_run,
+            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
         )
     cache[shape] = view
     return view

@@ -259,28 +259,3 @@ def test_running_deadline_job_without_progress_is_left_alone() -> None:
     j = running("d", spot, (0,), deadline=(T0 + timedelta(minutes=30)).isoformat(), expected_duration="4h")
     assert not [c for c in SpotfleetPolicy().decide(snapshot(jobs=[j], instances=[spot], offerings=[]))
                 if isinstance(c, Preempt)]  # fmt: skip
-
-
-def test_a_return_to_spot_waits_until_a_bursty_pools_run_outlasts_its_blips() -> None:
-    """A pool whose past runs are mostly 6 min blips, with a few 12 h runs: a job on
-    on-demand does not pay a restart to enter a run that has just begun (most such runs
-    are blips), but does once the run has lasted past them (``slack.entry_timing``); in
-    a pool of long runs only, it enters at once."""
-    from spotfleet.model.snapshot import PoolAvailability, spot_market_key
-
-    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0)
-    od_offer = offering("g5.xlarge", "A10G", 1, 1.0)
-
-    def moves(runs: tuple[float, ...], age_h: float) -> list[Any]:
-        j, od, now = _on_demand_job(timedelta(hours=3, minutes=80), fraction=0.25)  # 3 h of work, 80 min of slack
-        seen = [PoolAvailability(key, up_hours=sum(runs) + age_h, down_hours=1.0, ended_runs=len(runs), up_now=True,
-                                 recent_runs_h=runs, up_for_h=age_h) for key in (spot.key, spot_market_key(spot))]  # fmt: skip
-        snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=now, availability=tuple(seen))
-        return _moves(SpotfleetPolicy(WORST).decide(snap))
-
-    bursty = (0.1,) * 20 + (12.0,) * 4
-    assert moves(bursty, 0.0) == []  # just back up: 20 of 24 runs like this one ended within 6 min
-    (back,) = moves(bursty, 0.25)  # up for 15 min: the long runs are what is left
-    assert isinstance(back, Drain) and "back to spot" in back.reason
-    (steady,) = moves((12.0,) * 4, 0.0)  # no blips to skip: waiting would only forgo premium
-    assert isinstance(steady, Drain)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import random
 
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, PRIOR_UP_RUN_H, SpotSupply, remaining_life
-from spotfleet.policies.slack import entry_timing, outlook, return_to_spot_pays
+from spotfleet.policies.slack import outlook, return_to_spot_pays
 
 ALWAYS = SpotSupply(availability=1.0, mean_up_h=10.0, mean_down_h=0.0)
 
@@ -140,53 +139,3 @@ def test_the_outage_rule_waits_for_the_market_not_for_our_own_fleet() -> None:
 
     assert market(up_now=False) == ON_DEMAND_ONLY  # the market is down: on-demand until spot returns
     assert market(up_now=True) == SPOT_ONLY  # its slots are ours (held): wait for room
-
-
-BURSTY = [0.05, 0.1, 0.15, 0.2, 0.1, 0.08] * 5 + [3.0, 5.0, 8.0]  # 30 blips, 3 long runs
-
-
-def test_entering_a_run_is_worth_its_premium_over_each_run_less_the_entry_cost() -> None:
-    # one blip and one 5 h run; 10 h of work left, a 0.2 h restart, $1/h premium, $0.5 per entry
-    t = entry_timing([0.1, 5.0], 0.0, premium_per_h=1.0, entry_cost=0.5, work_left_h=10.0, restart_h=0.2)
-    p = PRIOR_UP_RUN_H
-    prior = p * (math.exp(-0.2 / p) - math.exp(-10.0 / p)) - 0.5  # the prior run: exponential, mean p
-    assert math.isclose(t.now, (0.0 - 0.5) + (4.8 - 0.5) + prior)  # the blip pays its entry for nothing
-    # entering once the run has outlasted the blip: 0.1 h less premium on the long run, no blip entry
-    later = (4.7 - 0.5) + math.exp(-0.1 / p) * prior
-    assert math.isclose(t.later, later) and t.best_age_h == 0.1
-    # ...but two runs cannot show that runs here are blips: the gain is within its noise
-    assert 0 < t.later - t.now < t.noise and not t.wait
-    # eight blips and two long runs can
-    seen = entry_timing([0.1] * 8 + [5.0] * 2, 0.0, premium_per_h=1.0, entry_cost=0.5, work_left_h=10.0,
-                        restart_h=0.2)  # fmt: skip
-    assert seen.later - seen.now > seen.noise and seen.wait
-
-
-def test_a_bursty_pool_is_entered_once_its_run_has_outlasted_the_blips() -> None:
-    dear = dict(premium_per_h=2.0, entry_cost=0.9, work_left_h=30.0, restart_h=0.2)
-    just_up = entry_timing(BURSTY, 0.0, **dear)
-    assert just_up.wait and just_up.best_age_h == 0.2  # past the longest blip
-    settled = entry_timing(BURSTY, 0.25, **dear)
-    assert not settled.wait and settled.now > 0  # up for 15 min: the long runs are what is left
-    # a cheap entry (no slack at stake): the blips cost less than the premium waiting forgoes
-    cheap = entry_timing(BURSTY, 0.0, premium_per_h=2.0, entry_cost=0.02, work_left_h=30.0, restart_h=0.2)
-    assert not cheap.wait
-
-
-def test_waiting_never_pays_in_a_memoryless_pool() -> None:
-    rng = random.Random(7)
-    runs = [rng.expovariate(1 / 2.0) for _ in range(256)]  # exponential runs, mean 2 h
-    for cost in (0.05, 0.5, 1.5):
-        for age in (0.0, 0.5, 3.0):
-            t = entry_timing(runs, age, premium_per_h=2.0, entry_cost=cost, work_left_h=30.0, restart_h=0.2,
-                             step_h=0.05)  # fmt: skip
-            assert not t.wait, (cost, age, t)
-
-
-def test_the_soonest_later_entry_is_the_next_step() -> None:
-    # blips of 0.05-0.2 h; with 0.25 h steps the job cannot skip them by waiting for "just past 0.2 h"
-    dear = dict(premium_per_h=2.0, entry_cost=0.9, work_left_h=30.0, restart_h=0.2)
-    assert entry_timing(BURSTY, 0.0, step_h=0.25, **dear).best_age_h == 0.25
-    # the longer the wait for the next chance, the more premium the long runs forgo
-    later = [entry_timing(BURSTY, 0.0, step_h=step, **dear).later for step in (0.25, 1.0, 3.0)]
-    assert later[0] > later[1] > later[2]
