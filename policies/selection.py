@@ -58,6 +58,11 @@ class Economics:
     override: float | None = None  # spec.throughput: work per A100-hour-equivalent
     dataset_region: str | None = None
     dataset_gib: float = 0.0
+    # where the job's checkpoint is (provider, region) when resuming it elsewhere costs egress, its
+    # size, and the work left: a resume's egress is spread over the run it buys (``resume_egress_per_hour``)
+    resume_from: tuple[str, str] | None = None
+    resume_gib: float = 0.0
+    resume_work_h: float = 0.0
 
     def throughput(self, gpu: str) -> float:
         if self.learned:
@@ -66,7 +71,9 @@ class Economics:
         return base * self.override if self.override is not None else base
 
 
-def economics_of(job: Job, forecast: Forecast, knobs: Knobs) -> Economics:
+def economics_of(job: Job, forecast: Forecast, knobs: Knobs, *, resume: bool = True) -> Economics:
+    """The job's economics; ``resume=False`` leaves out its checkpoint's location
+    (what depends on the spec alone, shared by every job of that spec)."""
     spec = job.spec
     if spec.expected_duration is not None:
         hours = spec.expected_duration.total_seconds() / 3600.0
@@ -85,7 +92,21 @@ def economics_of(job: Job, forecast: Forecast, knobs: Knobs) -> Economics:
         override=spec.throughput,
         dataset_region=spec.dataset.region if spec.dataset else None,
         dataset_gib=spec.dataset.size_gib if spec.dataset else 0.0,
+        **(_resume_terms(job, hours) if resume else {}),
     )
+
+
+def _resume_terms(job: Job, hours: float) -> dict[str, object]:
+    """The checkpoint a requeued (or threatened) job resumes from, when moving it costs
+    egress: where it was written (``Checkpoint.provider``/``region``, stamped by the
+    controller from the instance it ran on), its declared size and the work left."""
+    ckpt, size = job.checkpoint, job.spec.checkpoint.size_gib
+    if ckpt is None or size <= 0 or ckpt.provider is None or ckpt.region is None:
+        return {}
+    from spotfleet.policies.market import progress_hours
+
+    return {"resume_from": (ckpt.provider, ckpt.region), "resume_gib": size,
+            "resume_work_h": max(0.0, hours - progress_hours(job, hours))}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +180,10 @@ class RankTable(Sequence[Scored]):
         k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
         speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
         dataset = econ.dataset_region is not None and econ.dataset_gib > 0
+        resume = econ.resume_from is not None and econ.resume_gib > 0
         self._k, self._units, self._speed_of = k, units, speed_of
         heap: list[tuple[float, float, int, int]]
-        if speed_of is None and not dataset:  # the common case: one comprehension
+        if speed_of is None and not dataset and not resume:  # the common case: one comprehension
             heap = [
                 (
                     c.members[0].price_per_hour
@@ -183,6 +205,8 @@ class RankTable(Sequence[Scored]):
                 add = 0.0
                 if dataset:
                     add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
+                if resume:
+                    add += resume_egress_per_hour(econ, c.members[0], c.hazard * shape.nodes, index.knobs) / speed
                 adds.append(add)
                 price = c.members[0].price_per_hour
                 heap.append(
@@ -369,6 +393,7 @@ class OfferingIndex:
         """Compatible offerings, cheapest expected cost per unit of work first."""
         spot = Market.SPOT in markets
         dataset = (econ.dataset_region, econ.dataset_gib, econ.expected_hours) if econ.dataset_region else None
+        resume = (econ.resume_from, econ.resume_gib, econ.resume_work_h) if econ.resume_from else None
         key = (
             shape,
             markets,
@@ -376,11 +401,12 @@ class OfferingIndex:
             econ.learned,
             econ.override,
             dataset,
+            resume,
             group,
         )
         found = self._ranked.get(key)
         if found is None:
-            classes = self.classes(shape, markets, by_region=dataset is not None)
+            classes = self.classes(shape, markets, by_region=dataset is not None or resume is not None)
             found = self._ranked[key] = RankTable(self, shape, econ, group, classes)
         return found
 
@@ -402,6 +428,23 @@ def egress_cost(econ: Economics, offering: Offering, *, index: OfferingIndex | N
     return econ.dataset_gib * rate
 
 
+def resume_egress_per_hour(econ: Economics, offering: Offering, hazard: float, knobs: Knobs) -> float:
+    """USD per hour of resuming the job's checkpoint at ``offering``: moving it from
+    where it was written (free within a region, the inter-region rate within a
+    cloud, internet egress between clouds), spread over the run the move buys —
+    the work left, or on spot the pool's expected lifetime ``1/hazard`` when
+    shorter (after a reclaim the job is placed afresh, and the checkpoint is
+    then where this run wrote it)."""
+    where = econ.resume_from
+    if where is None or econ.resume_gib <= 0 or where == (offering.provider, offering.region):
+        return 0.0
+    rate = knobs.egress_inter_region_per_gib if where[0] == offering.provider else knobs.egress_internet_per_gib
+    run = econ.resume_work_h
+    if hazard > 0:
+        run = min(run, 1.0 / hazard)
+    return econ.resume_gib * rate / max(run, 0.1)
+
+
 def score(
     offering: Offering,
     *,
@@ -420,6 +463,7 @@ def score(
     units = shape.gpu_units if shape.gpu_units > 0 else 1.0
     overhead = hazard * shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
     egress_h = egress_cost(econ, offering, index=index, knobs=knobs or Knobs()) / econ.expected_hours
+    egress_h += resume_egress_per_hour(econ, offering, hazard * shape.nodes, knobs or Knobs())
     if fill <= 0:
         return Scored(offering, float("inf"), speed, hazard, overhead, egress_h, 0, scaling)
     cost = (offering.price_per_hour * (1.0 + overhead) / fill + egress_h) / (speed * scaling * units)

@@ -349,9 +349,11 @@ class SpotfleetPolicy:
                 ekey = _econ_key(spec, forecast)
                 econ = econs.get(ekey)
                 if econ is None:
-                    econ = econs[ekey] = economics_of(job, forecast, knobs)
+                    econ = econs[ekey] = economics_of(job, forecast, knobs, resume=False)
                 memo = per_spec[id(spec)] = (shape, econ, _known_hours(spec, forecast))
             shape, econ, hours = memo
+            if spec.checkpoint.size_gib > 0 and job.checkpoint is not None and job.checkpoint.region is not None:
+                econ = economics_of(job, forecast, knobs)  # its own: where its checkpoint is prices the move
             if spec.deadline is None:
                 decision = plain.get(id(spec))
                 if decision is None:

@@ -24,7 +24,7 @@ period is expected and the job resumes from its last periodic checkpoint.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spotfleet.controller.step import StepState
 from spotfleet.model.changes import PendingNotice
@@ -195,7 +195,10 @@ def apply_reports(step: StepState) -> None:
         seen = [r for r in nodes if r is not None]
         for r in seen:
             if r.checkpoint is not None and (job.checkpoint is None or r.checkpoint.at > job.checkpoint.at):
-                job.checkpoint = r.checkpoint
+                # stamped with where it was written: resuming it in another region or cloud moves it
+                inst = step.snapshot.instances.get(r.instance_id)
+                where = (inst.offering.provider, inst.offering.region) if inst is not None else (None, None)
+                job.checkpoint = replace(r.checkpoint, provider=where[0], region=where[1])
                 step.touch_job(job)
             if r.progress and dict(r.progress) != job.progress and r.node_rank == 0:
                 job.progress = dict(r.progress)

@@ -156,13 +156,19 @@ class Checkpoint:
     step: int | None
     at: datetime
     attempt: int
+    provider: str | None = None  # where it was written: the controller stamps the instance's provider
+    region: str | None = None  # and region (resuming elsewhere moves it: egress)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "step": self.step, "at": self.at.isoformat(), "attempt": self.attempt}
+        out = {"path": self.path, "step": self.step, "at": self.at.isoformat(), "attempt": self.attempt}
+        if self.provider is not None:
+            out |= {"provider": self.provider, "region": self.region}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Checkpoint:
-        return cls(str(data["path"]), data.get("step"), datetime.fromisoformat(data["at"]), int(data.get("attempt", 0)))
+        return cls(str(data["path"]), data.get("step"), datetime.fromisoformat(data["at"]), int(data.get("attempt", 0)),
+                   data.get("provider"), data.get("region"))  # fmt: skip
 
 
 @dataclass(slots=True)

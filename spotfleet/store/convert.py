@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Row
@@ -165,7 +166,7 @@ def copy_job(job: Job) -> Job:
     ckpt = job.checkpoint
     return Job(
         job.id, job.spec, job.state, job.created_at, job.state_since, job.attempt, job.failures, job.interruptions,
-        job.bindings, Checkpoint(ckpt.path, ckpt.step, ckpt.at, ckpt.attempt) if ckpt is not None else None,
+        job.bindings, replace(ckpt) if ckpt is not None else None,
         dict(job.progress), job.cancel_requested, job.exit_code, job.message, job.drain_deadline, list(job.history),
         job.version,
     )  # fmt: skip
