@@ -18,7 +18,10 @@ For one node-shape of a job on offering ``o``::
   last checkpoint), or half the job's expected duration when it does not
   checkpoint; ``restart_delay_h`` is the knob of that name.
 - ``egress_per_hour`` is the one-off cost of moving the job's declared dataset
-  to a different region/cloud, spread over its expected duration.
+  to a different region/cloud, spread over its expected duration, plus, for a
+  job resuming from a checkpoint of declared size, the cost of moving that
+  checkpoint from where it was written, spread over the run the move buys
+  (``resume_egress_per_hour``).
 - ``throughput`` is ``spec.throughput`` scaled by the table, the family's
   learned figure, or the table (``throughput.py``).
 - ``scaling`` is the gang's multi-node scaling efficiency on the offering's

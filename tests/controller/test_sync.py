@@ -247,7 +247,8 @@ def test_a_started_report_makes_a_bound_job_running() -> None:
 
 
 def test_exit_zero_on_every_node_succeeds_but_not_before() -> None:
-    a, b = on("i1"), on("i2")
+    a = on("i1")
+    b = on("i2", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, region="us-west-2", zone="usw2-az1"))
     gang = job("g", state=J.RUNNING, bindings=(Binding(0, "i1", (0,)), Binding(1, "i2", (0,))),
                resources={"gpus": 1, "nodes": 2})  # fmt: skip
     snap = snapshot(jobs=[gang], instances=[a, b])
@@ -299,7 +300,8 @@ def test_reports_of_an_older_attempt_are_ignored() -> None:
 def test_only_rank_zero_reports_progress_and_the_newest_checkpoint_wins() -> None:
     from spotfleet.model.job import Checkpoint
 
-    a, b = on("i1"), on("i2")
+    a = on("i1")
+    b = on("i2", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, region="us-west-2", zone="usw2-az1"))
     gang = job("g", state=J.RUNNING, bindings=(Binding(0, "i1", (0,)), Binding(1, "i2", (0,))),
                resources={"gpus": 1, "nodes": 2})  # fmt: skip
     snap = snapshot(jobs=[gang], instances=[a, b])
@@ -309,7 +311,19 @@ def test_only_rank_zero_reports_progress_and_the_newest_checkpoint_wins() -> Non
     snap.reports[("g", 1, 1)] = reported(gang, "running", rank=1, progress={"step": 99}, checkpoint=newer)
     apply_reports(step_of(snap))
     assert gang.progress == {"step": 10}
-    assert gang.checkpoint == newer
+    # the newest, stamped with where it was written (the reporting node's instance): resuming it
+    # in another region moves it
+    assert (gang.checkpoint.path, gang.checkpoint.step) == ("s3://c/2", 200)
+    assert (gang.checkpoint.provider, gang.checkpoint.region) == ("aws", "us-west-2")
+
+
+def test_a_checkpoints_location_survives_the_store_and_older_records_load_without_one() -> None:
+    from spotfleet.model.job import Checkpoint
+
+    stamped = Checkpoint("s3://c/2", 200, T0, 1, "gcp", "us-central1")
+    assert Checkpoint.from_dict(stamped.to_dict()) == stamped
+    old = {"path": "s3://c/1", "step": 100, "at": T0.isoformat(), "attempt": 1}  # written before the location
+    assert Checkpoint.from_dict(old) == Checkpoint("s3://c/1", 100, T0, 1) and Checkpoint.from_dict(old).region is None
 
 
 def test_a_refusal_requeues_and_a_stop_fails_with_the_agents_reason() -> None:
