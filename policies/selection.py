@@ -87,6 +87,7 @@ def economics_of(job: Job, forecast: Forecast, knobs: Knobs, *, resume: bool = T
     interval = spec.checkpoint.interval
     lost = interval.total_seconds() / 7200.0 if interval is not None else hours / 2.0
     learned = tuple(sorted(forecast.family_throughput(spec.job_family).items()))
+    where, gib, left = _resume_terms(job, hours) if resume else (None, 0.0, 0.0)
     return Economics(
         lost_work_h=lost,
         restart_delay_h=knobs.restart_delay_h,
@@ -95,21 +96,22 @@ def economics_of(job: Job, forecast: Forecast, knobs: Knobs, *, resume: bool = T
         override=spec.throughput,
         dataset_region=spec.dataset.region if spec.dataset else None,
         dataset_gib=spec.dataset.size_gib if spec.dataset else 0.0,
-        **(_resume_terms(job, hours) if resume else {}),
+        resume_from=where,
+        resume_gib=gib,
+        resume_work_h=left,
     )
 
 
-def _resume_terms(job: Job, hours: float) -> dict[str, object]:
+def _resume_terms(job: Job, hours: float) -> tuple[tuple[str, str] | None, float, float]:
     """The checkpoint a requeued (or threatened) job resumes from, when moving it costs
     egress: where it was written (``Checkpoint.provider``/``region``, stamped by the
     controller from the instance it ran on), its declared size and the work left."""
     ckpt, size = job.checkpoint, job.spec.checkpoint.size_gib
     if ckpt is None or size <= 0 or ckpt.provider is None or ckpt.region is None:
-        return {}
+        return None, 0.0, 0.0
     from spotfleet.policies.market import progress_hours
 
-    return {"resume_from": (ckpt.provider, ckpt.region), "resume_gib": size,
-            "resume_work_h": max(0.0, hours - progress_hours(job, hours))}  # fmt: skip
+    return (ckpt.provider, ckpt.region), size, max(0.0, hours - progress_hours(job, hours))
 
 
 @dataclass(frozen=True, slots=True)
