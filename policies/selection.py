@@ -102,16 +102,25 @@ def economics_of(job: Job, forecast: Forecast, knobs: Knobs, *, resume: bool = T
     )
 
 
+def checkpoint_location(job: Job) -> tuple[str, str] | None:
+    """(provider, region) where the job's checkpoint was written (``Checkpoint.provider``/
+    ``region``, stamped by the controller from the instance it ran on), when resuming
+    it elsewhere costs egress (a declared ``checkpoint.size_gib``); else None."""
+    ckpt = job.checkpoint
+    if ckpt is None or job.spec.checkpoint.size_gib <= 0 or ckpt.provider is None or ckpt.region is None:
+        return None
+    return ckpt.provider, ckpt.region
+
+
 def _resume_terms(job: Job, hours: float) -> tuple[tuple[str, str] | None, float, float]:
-    """The checkpoint a requeued (or threatened) job resumes from, when moving it costs
-    egress: where it was written (``Checkpoint.provider``/``region``, stamped by the
-    controller from the instance it ran on), its declared size and the work left."""
-    ckpt, size = job.checkpoint, job.spec.checkpoint.size_gib
-    if ckpt is None or size <= 0 or ckpt.provider is None or ckpt.region is None:
+    """The checkpoint a requeued (or threatened) job resumes from: its location
+    (``checkpoint_location``), its declared size and the work left."""
+    where = checkpoint_location(job)
+    if where is None:
         return None, 0.0, 0.0
     from spotfleet.policies.market import progress_hours
 
-    return (ckpt.provider, ckpt.region), size, max(0.0, hours - progress_hours(job, hours))
+    return where, job.spec.checkpoint.size_gib, max(0.0, hours - progress_hours(job, hours))
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,21 +442,28 @@ def egress_cost(econ: Economics, offering: Offering, *, index: OfferingIndex | N
     return econ.dataset_gib * rate
 
 
+def move_rate_per_gib(src: tuple[str, str], dst: Offering, knobs: Knobs) -> float:
+    """USD/GiB to move data from ``src`` (provider, region) to ``dst``'s region:
+    free within a region, the inter-region rate within a cloud, internet egress
+    between clouds."""
+    if src == (dst.provider, dst.region):
+        return 0.0
+    return knobs.egress_inter_region_per_gib if src[0] == dst.provider else knobs.egress_internet_per_gib
+
+
 def resume_egress_per_hour(econ: Economics, offering: Offering, hazard: float, knobs: Knobs) -> float:
     """USD per hour of resuming the job's checkpoint at ``offering``: moving it from
-    where it was written (free within a region, the inter-region rate within a
-    cloud, internet egress between clouds), spread over the run the move buys —
-    the work left, or on spot the pool's expected lifetime ``1/hazard`` when
-    shorter (after a reclaim the job is placed afresh, and the checkpoint is
-    then where this run wrote it)."""
-    where = econ.resume_from
-    if where is None or econ.resume_gib <= 0 or where == (offering.provider, offering.region):
+    where it was written (``move_rate_per_gib``), spread over the run the move
+    buys — the work left, or on spot the pool's expected lifetime ``1/hazard``
+    when shorter (after a reclaim the job is placed afresh, and the checkpoint is
+    then where this run wrote it), and at least a restart (a job about to finish
+    does not divide the move by nothing)."""
+    if econ.resume_from is None or econ.resume_gib <= 0:
         return 0.0
-    rate = knobs.egress_inter_region_per_gib if where[0] == offering.provider else knobs.egress_internet_per_gib
     run = econ.resume_work_h
     if hazard > 0:
         run = min(run, 1.0 / hazard)
-    return econ.resume_gib * rate / max(run, 0.1)
+    return econ.resume_gib * move_rate_per_gib(econ.resume_from, offering, knobs) / max(run, econ.restart_delay_h)
 
 
 def score(

@@ -62,7 +62,13 @@ from spotfleet.policies.market import (
 )
 from spotfleet.policies.placement import Demand, Fleet, Outcome, Placer, id_generator
 from spotfleet.policies.scaledown import DEFAULT_METHODS, Method, ScaleDownContext, scale_down
-from spotfleet.policies.selection import Economics, OfferingIndex, economics_of
+from spotfleet.policies.selection import (
+    Economics,
+    OfferingIndex,
+    checkpoint_location,
+    economics_of,
+    move_rate_per_gib,
+)
 from spotfleet.policies.shape import Shape, shape_of
 from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
 
@@ -352,7 +358,7 @@ class SpotfleetPolicy:
                     econ = econs[ekey] = economics_of(job, forecast, knobs, resume=False)
                 memo = per_spec[id(spec)] = (shape, econ, _known_hours(spec, forecast))
             shape, econ, hours = memo
-            if spec.checkpoint.size_gib > 0 and job.checkpoint is not None and job.checkpoint.region is not None:
+            if checkpoint_location(job) is not None:
                 econ = economics_of(job, forecast, knobs)  # its own: where its checkpoint is prices the move
             if spec.deadline is None:
                 decision = plain.get(id(spec))
@@ -579,13 +585,9 @@ def pool_hazard(index: OfferingIndex, offering: Offering) -> float:
 
 def checkpoint_egress(job: Job, current: Offering, new: Offering, knobs: Knobs) -> float:
     """USD to move the job's checkpoint (``spec.checkpoint.size_gib``) from
-    ``current``'s region to ``new``'s: free within a region, the inter-region
-    rate within a cloud, internet egress between clouds."""
+    ``current``'s region to ``new``'s (``selection.move_rate_per_gib``)."""
     size = job.spec.checkpoint.size_gib
-    if size <= 0 or (current.provider, current.region) == (new.provider, new.region):
-        return 0.0
-    rate = knobs.egress_inter_region_per_gib if current.provider == new.provider else knobs.egress_internet_per_gib
-    return size * rate
+    return size * move_rate_per_gib((current.provider, current.region), new, knobs) if size > 0 else 0.0
 
 
 def _hold_budget(

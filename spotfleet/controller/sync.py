@@ -197,8 +197,8 @@ def apply_reports(step: StepState) -> None:
             if r.checkpoint is not None and (job.checkpoint is None or r.checkpoint.at > job.checkpoint.at):
                 # stamped with where it was written: resuming it in another region or cloud moves it
                 inst = step.snapshot.instances.get(r.instance_id)
-                where = (inst.offering.provider, inst.offering.region) if inst is not None else (None, None)
-                job.checkpoint = replace(r.checkpoint, provider=where[0], region=where[1])
+                job.checkpoint = r.checkpoint if inst is None else replace(
+                    r.checkpoint, provider=inst.offering.provider, region=inst.offering.region)  # fmt: skip
                 step.touch_job(job)
             if r.progress and dict(r.progress) != job.progress and r.node_rank == 0:
                 job.progress = dict(r.progress)

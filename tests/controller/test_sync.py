@@ -247,8 +247,7 @@ def test_a_started_report_makes_a_bound_job_running() -> None:
 
 
 def test_exit_zero_on_every_node_succeeds_but_not_before() -> None:
-    a = on("i1")
-    b = on("i2", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, region="us-west-2", zone="usw2-az1"))
+    a, b = on("i1"), on("i2")
     gang = job("g", state=J.RUNNING, bindings=(Binding(0, "i1", (0,)), Binding(1, "i2", (0,))),
                resources={"gpus": 1, "nodes": 2})  # fmt: skip
     snap = snapshot(jobs=[gang], instances=[a, b])

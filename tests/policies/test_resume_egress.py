@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spotfleet.model.job import Checkpoint
+from spotfleet.model.job import Checkpoint, Job
 from spotfleet.model.offering import Market
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
@@ -21,7 +21,7 @@ WEST = offering("p3.2xlarge", "V100", 1, 0.90, market=Market.SPOT, on_demand=3.0
 OD = offering("p3.2xlarge", "V100", 1, 3.06, region="us-east-1", zone="use1-az1")
 
 
-def _requeued(size_gib: float, where: tuple[str, str] | None) -> object:
+def _requeued(size_gib: float, where: tuple[str, str] | None) -> Job:
     j = job("d", deadline=(T0 + timedelta(hours=30)).isoformat(), expected_duration="20h",
             checkpoint={"interval": "30m", "size_gib": size_gib}, progress={"fraction": 0.5})  # fmt: skip
     if where is not None:
@@ -44,7 +44,7 @@ def test_a_large_checkpoint_resumes_where_it_was_written_over_a_slightly_cheaper
 
 
 def test_resume_egress_is_free_in_place_and_spread_over_the_run_the_move_buys() -> None:
-    econ = economics_of(_requeued(50.0, ("aws", "us-east-1")), Forecast(), Knobs())  # type: ignore[arg-type]
+    econ = economics_of(_requeued(50.0, ("aws", "us-east-1")), Forecast(), Knobs())
     assert econ.resume_from == ("aws", "us-east-1") and econ.resume_work_h == 10.0
     assert resume_egress_per_hour(econ, EAST, 0.5, Knobs()) == 0.0
     assert resume_egress_per_hour(econ, WEST, 0.5, Knobs()) == 50 * 0.02 / 2.0  # a 2 h spot run
