@@ -10,6 +10,12 @@ this branch). Prints a table and one JSON line.
 
     python bench/plan_scale.py                      # 1,000×200 and 10,000×2,000
     python bench/plan_scale.py --jobs 10000 --instances 2000 --profile
+    python bench/plan_scale.py --located-share 1.0   # every pending job a requeue
+
+``--located-share P``: that share of the pending jobs are requeues after a
+mass reclaim — each resumes from a 50 GiB checkpoint written in some region,
+with its own progress, so each prices moving it (resume egress) and gets its
+own economics instead of its spec's shared one.
 """
 
 from __future__ import annotations
@@ -94,13 +100,19 @@ def make_specs(rng: random.Random, n: int) -> list[JobSpec]:
     return specs
 
 
-def build_snapshot(n_jobs: int, n_instances: int, *, seed: int = 7, offerings: Offerings | None = None) -> Snapshot:
+def build_snapshot(
+    n_jobs: int, n_instances: int, *, seed: int = 7, offerings: Offerings | None = None, located_share: float = 0.0
+) -> Snapshot:
     rng = random.Random(seed)
     catalog = offerings if offerings is not None else load_catalog()
+    regions = sorted({(o.provider, o.region) for o in catalog})
+    located = random.Random(seed + 1)  # its own stream: the default snapshot stays what it was
     jobs: dict[str, Job] = {}
     for k, spec in enumerate(make_specs(rng, n_jobs)):
         created = NOW - timedelta(seconds=rng.randint(0, 7200))
-        jobs[f"p{k}"] = Job(f"p{k}", spec, JobState.PENDING, created, created)
+        job = jobs[f"p{k}"] = Job(f"p{k}", spec, JobState.PENDING, created, created)
+        if located_share and located.random() < located_share:
+            _requeue_with_checkpoint(job, located, regions)
     # a fleet weighted toward the common training boxes
     pool: list[Offering] = list(catalog)
     weights = [8.0 if o.gpu in ("H100", "A100", "L4", "A10G", "T4") else 1.0 for o in pool]
@@ -139,6 +151,17 @@ def build_snapshot(n_jobs: int, n_instances: int, *, seed: int = 7, offerings: O
     return Snapshot(now=NOW, jobs=jobs, instances=instances, offerings=catalog, budgets=budgets)
 
 
+def _requeue_with_checkpoint(job: Job, rng: random.Random, regions: list[tuple[str, str]]) -> None:
+    """Make ``job`` a requeue after a reclaim: a 50 GiB checkpoint written in a
+    random region (as the controller stamps it), some of its work done."""
+    spec = job.spec
+    job.spec = spec.model_copy(update={"checkpoint": spec.checkpoint.model_copy(update={"size_gib": 50.0})})
+    provider, region = rng.choice(regions)
+    job.attempt = 1
+    job.checkpoint = Checkpoint("s3://ckpt/x", 100, NOW - timedelta(minutes=rng.randint(1, 60)), 1, provider, region)
+    job.progress = {"fraction": round(rng.random(), 3)}
+
+
 def _time(fn: Any, repeat: int) -> tuple[list[float], list[float]]:
     """Wall and CPU seconds per call (the machine is shared: CPU time shows
     what the plan costs when wall time is inflated by neighbours)."""
@@ -159,7 +182,9 @@ def _controller_plan() -> Any:
     return getattr(plan_module, "plan", None)
 
 
-def _time_plan(n_jobs: int, n_inst: int, catalog: Offerings, repeat: int) -> tuple[float, float] | None:
+def _time_plan(
+    n_jobs: int, n_inst: int, catalog: Offerings, repeat: int, located_share: float
+) -> tuple[float, float] | None:
     """min wall and CPU seconds of the controller's full ``plan()`` (sync →
     decide → apply/validate); it mutates its snapshot, so each run gets a
     fresh one (built outside the timing)."""
@@ -168,7 +193,7 @@ def _time_plan(n_jobs: int, n_inst: int, catalog: Offerings, repeat: int) -> tup
         return None
     wall, cpu = [], []
     for _ in range(repeat):
-        snap = build_snapshot(n_jobs, n_inst, offerings=catalog)
+        snap = build_snapshot(n_jobs, n_inst, offerings=catalog, located_share=located_share)
         snap.new_id = sequential_ids()
         t0, c0 = time.perf_counter(), time.process_time()
         result = plan(snap, SpotfleetPolicy())
@@ -179,17 +204,20 @@ def _time_plan(n_jobs: int, n_inst: int, catalog: Offerings, repeat: int) -> tup
     return min(wall), min(cpu)
 
 
-def run(sizes: list[tuple[int, int]], *, repeat: int, profile: bool) -> list[dict[str, Any]]:
+def run(
+    sizes: list[tuple[int, int]], *, repeat: int, profile: bool, located_share: float = 0.0
+) -> list[dict[str, Any]]:
     catalog = load_catalog()
     policy = SpotfleetPolicy()
     rows = []
     for n_jobs, n_inst in sizes:
-        snap = build_snapshot(n_jobs, n_inst, offerings=catalog)
+        snap = build_snapshot(n_jobs, n_inst, offerings=catalog, located_share=located_share)
         snap.new_id = sequential_ids()
+        located = sum(1 for j in snap.jobs.values() if j.state is JobState.PENDING and j.checkpoint is not None)
         pending = sum(1 for j in snap.jobs.values() if j.state is JobState.PENDING)
         commands = policy.decide(snap)
         times, cpu = _time(lambda snap=snap: policy.decide(snap), repeat)
-        full = _time_plan(n_jobs, n_inst, catalog, repeat)
+        full = _time_plan(n_jobs, n_inst, catalog, repeat, located_share)
         kinds: dict[str, int] = {}
         for c in commands:
             kinds[type(c).__name__] = kinds.get(type(c).__name__, 0) + 1
@@ -199,6 +227,7 @@ def run(sizes: list[tuple[int, int]], *, repeat: int, profile: bool) -> list[dic
                 "instances": n_inst,
                 "offerings": len(catalog),
                 "pending": pending,
+                "located_checkpoints": located,
                 "all_jobs": len(snap.jobs),
                 "seconds": round(min(times), 4),
                 "median": round(statistics.median(times), 4),
@@ -224,13 +253,17 @@ def main() -> None:
     ap.add_argument("--instances", type=int, action="append")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--located-share", type=float, default=0.0,
+                    help="share of pending jobs that resume from a located 50 GiB checkpoint (0..1)")  # fmt: skip
     args = ap.parse_args()
     if args.jobs:
         insts = args.instances or [max(1, j // 5) for j in args.jobs]
         sizes = list(zip(args.jobs, insts, strict=False))
     else:
         sizes = [(1000, 200), (10000, 2000)]
-    rows = run(sizes, repeat=args.repeat, profile=args.profile)
+    if not 0.0 <= args.located_share <= 1.0:
+        ap.error(f"--located-share {args.located_share}: give a share between 0 and 1")
+    rows = run(sizes, repeat=args.repeat, profile=args.profile, located_share=args.located_share)
     print(
         f"{'jobs':>7} {'instances':>9} {'offerings':>9} {'pending':>8} {'seconds':>8} {'median':>8} {'cpu':>6} {'plan()':>7} {'cpu':>6}  commands"
     )
@@ -253,6 +286,7 @@ def main() -> None:
                 "cpu_seconds": rows[-1]["cpu_seconds"],
                 "cpu_growth": round(cpu_growth, 2) if cpu_growth else None,
                 "plan_seconds": rows[-1]["plan_seconds"],
+                "located_share": args.located_share,
             }
         )
     )

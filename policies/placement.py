@@ -1,7 +1,7 @@
 """Placement: fill existing capacity best-fit, then buy the cheapest instances.
 
 Jobs are planned in groups of identical demand (same ``Shape``, markets and
-economics), highest priority first. For each group:
+economics of their spec), highest priority first. For each group:
 
 1. *existing capacity* — every schedulable instance the shape and markets
    accept, in best-fit order (fewest free GPUs that still fit, then least GPU
@@ -11,7 +11,9 @@ economics), highest priority first. For each group:
    work for the jobs still waiting (``selection.OfferingIndex.ranked`` with the
    group size, so eight 1-GPU jobs may share one 8-GPU box when that is
    cheaper per unit of work), launched one instance at a time while the
-   budget allows; the room a launch leaves is offered to later groups.
+   budget allows; the room a launch leaves is offered to later groups. Jobs
+   resuming a checkpoint that costs egress to move carry their own economics
+   and buy apart from the rest of their group.
 
 Gang jobs (``nodes > 1``) are placed all nodes or none, on distinct instances
 in one zone: either existing instances of a single zone, or ``nodes`` new
@@ -239,6 +241,16 @@ class Placer:
         return rest
 
     def _buy(self, rest: list[Demand]) -> None:
+        """Launch for the jobs existing instances could not take. A group shares
+        shape and markets; jobs resuming a located checkpoint carry their own
+        economics (where a move is free), so each economics buys on its own."""
+        by_econ: dict[Economics, list[Demand]] = {}
+        for d in rest:
+            by_econ.setdefault(d.econ, []).append(d)
+        for same in by_econ.values():
+            self._buy_same(same)
+
+    def _buy_same(self, rest: list[Demand]) -> None:
         shape, markets, econ = rest[0].shape, rest[0].markets, rest[0].econ
         first = self.index.classes(shape, markets)
         if not first:

@@ -160,29 +160,51 @@ class OfferingClass:
     scaling: float = 1.0  # the shape's multi-node scaling efficiency on this type's fabric
 
 
+@dataclass(frozen=True, slots=True)
+class ClassTerms:
+    """Per class of a class list, what its ranking reads but a checkpoint's
+    resume does not: the cost per work of its cheapest member (``keys``, with a
+    dataset's egress), its speed, that per-work egress (``adds``; None: none),
+    the classes in ``keys`` order (ties: price, then class order) and the
+    number of offerings."""
+
+    keys: list[float]
+    speeds: list[float]
+    adds: list[float] | None
+    order: list[int]
+    n: int
+
+
 class RankTable(Sequence[Scored]):
     """Offerings ranked for one (shape, markets, economics, group size).
 
-    Design choice: a k-way merge over ``OfferingClass``es in a heap. Building
-    the table scores one offering per class (~170 for the whole catalog, not
-    1,500); reading row ``i`` pops the heap ``i`` times. Planning usually
-    reads one or two rows, so a ranking costs about one pass over the classes.
-    Rows come out in exact cost order (ties: price, then class order).
+    Design choice: a lazy k-way merge over ``OfferingClass``es. Within a class
+    the cost is increasing in price, so a heap holds one member per class.
+    Classes enter the heap in the order of their cost without a checkpoint's
+    resume (``ClassTerms``, shared by every job of a spec); a resume only adds
+    cost, so a class whose shared cost is above the heap's best cannot come
+    first yet and waits. Planning usually reads one or two rows: a job that
+    resumes a located checkpoint scores the few classes near the top, not all
+    ~170 of the catalog — which is what lets 10,000 requeued jobs, each with
+    its own checkpoint, plan as fast as 10,000 fresh ones. Rows come out in
+    exact cost order (ties: price, then class order).
     """
 
     __slots__ = (
-        "_add",
         "_built",
         "_classes",
         "_econ",
+        "_extra",
         "_group",
         "_heap",
         "_index",
         "_k",
-        "_n",
+        "_next",
+        "_rates",
         "_rows",
         "_shape",
         "_speed_of",
+        "_terms",
         "_units",
     )
 
@@ -190,65 +212,60 @@ class RankTable(Sequence[Scored]):
         self, index: OfferingIndex, shape: Shape, econ: Economics, group: int, classes: list[OfferingClass]
     ) -> None:
         self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
-        units = shape.gpu_units if shape.gpu_units > 0 else 1.0
-        k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
-        speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
-        dataset = econ.dataset_region is not None and econ.dataset_gib > 0
+        self._units = shape.gpu_units if shape.gpu_units > 0 else 1.0
+        self._k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
+        self._speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
+        self._terms = index.class_terms(shape, econ, group, classes)
         resume = econ.resume_from is not None and econ.resume_gib > 0
-        self._k, self._units, self._speed_of = k, units, speed_of
-        heap: list[tuple[float, float, int, int]]
-        if speed_of is None and not dataset and not resume:  # the common case: one comprehension
-            heap = [
-                (
-                    c.members[0].price_per_hour
-                    * (1.0 + c.hazard * k)
-                    / (c.per if c.per < group else group)
-                    / (c.speed * units),
-                    c.members[0].price_per_hour,
-                    ci,
-                    0,
-                )
-                for ci, c in enumerate(classes)
-            ]
-            self._add: list[float] | None = None
-        else:
-            heap = []
-            adds: list[float] = []
-            for ci, c in enumerate(classes):
-                speed = (speed_of(c.members[0].gpu) * c.scaling if speed_of else c.speed) * units
-                add = 0.0
-                if dataset:
-                    add = egress_cost(econ, c.members[0], index=index, knobs=index.knobs) / econ.expected_hours / speed
-                if resume:
-                    add += resume_egress_per_hour(econ, c.members[0], c.hazard * shape.nodes, index.knobs) / speed
-                adds.append(add)
-                price = c.members[0].price_per_hour
-                heap.append(
-                    (price * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed + add, price, ci, 0)
-                )
-            self._add = adds
-        heapq.heapify(heap)
-        self._heap = heap
-        self._n = sum(len(c.members) for c in classes)
+        # per job (its checkpoint's place, size, work left): the only term computed afresh
+        self._rates = index.move_rates(classes, econ.resume_from) if resume and econ.resume_from else None
+        self._extra: dict[int, float] = {}
+        self._heap: list[tuple[float, float, int, int]] = []
+        self._next = 0  # position in ``_terms.order`` of the next class to enter the heap
         self._rows: list[tuple[float, float, int, int]] = []
         self._built: dict[int, Scored] = {}
 
+    def _admit(self) -> None:
+        """Push every class whose shared cost is not above the heap's best."""
+        heap, terms, classes = self._heap, self._terms, self._classes
+        order, keys = terms.order, terms.keys
+        while self._next < len(order):
+            ci = order[self._next]
+            key = keys[ci]
+            if heap and heap[0][0] < key:
+                return
+            self._next += 1
+            c = classes[ci]
+            if self._rates is not None and self._rates[ci]:
+                extra = self._extra[ci] = (
+                    self._econ.resume_gib
+                    * self._rates[ci]
+                    / resume_spread_h(self._econ, c.hazard * self._shape.nodes)
+                    / terms.speeds[ci]
+                )
+                key += extra
+            heapq.heappush(heap, (key, c.members[0].price_per_hour, ci, 0))
+
     def _expand(self, i: int) -> None:
-        rows, heap, classes = self._rows, self._heap, self._classes
-        while len(rows) <= i and heap:
+        rows, heap, classes, terms = self._rows, self._heap, self._classes, self._terms
+        while len(rows) <= i:
+            self._admit()
+            if not heap:
+                return
             item = heapq.heappop(heap)
             rows.append(item)
             ci, mi = item[2], item[3] + 1
             c = classes[ci]
             if mi < len(c.members):
-                speed = (self._speed_of(c.members[0].gpu) * c.scaling if self._speed_of else c.speed) * self._units
                 fill = c.per if c.per < self._group else self._group
-                add = self._add[ci] if self._add is not None else 0.0
+                add = (terms.adds[ci] if terms.adds is not None else 0.0) + self._extra.get(ci, 0.0)
                 price = c.members[mi].price_per_hour
-                heapq.heappush(heap, (price * (1.0 + c.hazard * self._k) / fill / speed + add, price, ci, mi))
+                heapq.heappush(
+                    heap, (price * (1.0 + c.hazard * self._k) / fill / terms.speeds[ci] + add, price, ci, mi)
+                )
 
     def __len__(self) -> int:
-        return self._n
+        return self._terms.n
 
     @overload
     def __getitem__(self, i: int) -> Scored: ...
@@ -258,8 +275,8 @@ class RankTable(Sequence[Scored]):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
+            i += self._terms.n
+        if not 0 <= i < self._terms.n:
             raise IndexError(i)
         found = self._built.get(i)
         if found is None:
@@ -278,7 +295,7 @@ class RankTable(Sequence[Scored]):
         return found
 
     def __iter__(self) -> Iterator[Scored]:
-        for i in range(self._n):
+        for i in range(self._terms.n):
             yield self[i]
 
     def price(self, i: int) -> float:
@@ -343,6 +360,8 @@ class OfferingIndex:
         self._type_ok: dict[tuple[Shape, str, str], str | None] = {}
         self._classes: dict[tuple[Shape, tuple[Market, ...], bool], list[OfferingClass]] = {}
         self._ranked: dict[tuple[object, ...], RankTable] = {}
+        self._terms: dict[tuple[object, ...], ClassTerms] = {}
+        self._rates: dict[tuple[int, tuple[str, str]], list[float]] = {}
 
     def hazard_of(self, offering: Offering) -> float:
         found = self.hazard.get(id(offering))
@@ -399,6 +418,50 @@ class OfferingIndex:
                 out.append(OfferingClass(tuple(members), hazard, per, speed, scaling))
         self._classes[key] = out
         return out
+
+    def class_terms(self, shape: Shape, econ: Economics, group: int, classes: list[OfferingClass]) -> ClassTerms:
+        """``ClassTerms`` of ``classes`` for these economics: everything a ranking
+        reads but a checkpoint's resume, cached so that many requeued jobs of
+        one spec, each with its own checkpoint, share one pass over the classes
+        (the key is what the terms read; the checkpoint is not in it)."""
+        dataset = econ.dataset_region is not None and econ.dataset_gib > 0
+        key = (
+            id(classes), shape.nodes, shape.gpu_units, econ.lost_work_h + econ.restart_delay_h, econ.learned,
+            econ.override, (econ.dataset_region, econ.dataset_gib, econ.expected_hours) if dataset else None, group,
+        )  # fmt: skip
+        found = self._terms.get(key)
+        if found is not None:
+            return found
+        units = shape.gpu_units if shape.gpu_units > 0 else 1.0
+        k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
+        speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
+        if speed_of is None:
+            speeds = [c.speed * units for c in classes]
+        else:
+            speeds = [speed_of(c.members[0].gpu) * c.scaling * units for c in classes]
+        keys = [
+            c.members[0].price_per_hour * (1.0 + c.hazard * k) / (c.per if c.per < group else group) / speed
+            for c, speed in zip(classes, speeds, strict=True)
+        ]
+        adds: list[float] | None = None
+        if dataset:
+            adds = [
+                egress_cost(econ, c.members[0], index=self, knobs=self.knobs) / econ.expected_hours / speed
+                for c, speed in zip(classes, speeds, strict=True)
+            ]
+            keys = [key + a for key, a in zip(keys, adds, strict=True)]
+        order = sorted(range(len(classes)), key=lambda ci: (keys[ci], classes[ci].members[0].price_per_hour, ci))
+        found = self._terms[key] = ClassTerms(keys, speeds, adds, order, sum(len(c.members) for c in classes))
+        return found
+
+    def move_rates(self, classes: list[OfferingClass], source: tuple[str, str]) -> list[float]:
+        """USD/GiB to move a checkpoint from ``source`` to each class's region
+        (``move_rate_per_gib``), cached per class list and source."""
+        key = (id(classes), source)
+        found = self._rates.get(key)
+        if found is None:
+            found = self._rates[key] = [move_rate_per_gib(source, c.members[0], self.knobs) for c in classes]
+        return found
 
     def compatible(self, shape: Shape, markets: tuple[Market, ...]) -> list[Offering]:
         return [o for c in self.classes(shape, markets) for o in c.members]
@@ -460,10 +523,15 @@ def resume_egress_per_hour(econ: Economics, offering: Offering, hazard: float, k
     does not divide the move by nothing)."""
     if econ.resume_from is None or econ.resume_gib <= 0:
         return 0.0
+    return econ.resume_gib * move_rate_per_gib(econ.resume_from, offering, knobs) / resume_spread_h(econ, hazard)
+
+
+def resume_spread_h(econ: Economics, hazard: float) -> float:
+    """Hours a resume's egress is spread over (``resume_egress_per_hour``)."""
     run = econ.resume_work_h
     if hazard > 0:
         run = min(run, 1.0 / hazard)
-    return econ.resume_gib * move_rate_per_gib(econ.resume_from, offering, knobs) / max(run, econ.restart_delay_h)
+    return max(run, econ.restart_delay_h)
 
 
 def score(

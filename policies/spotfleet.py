@@ -357,9 +357,12 @@ class SpotfleetPolicy:
                 if econ is None:
                     econ = econs[ekey] = economics_of(job, forecast, knobs, resume=False)
                 memo = per_spec[id(spec)] = (shape, econ, _known_hours(spec, forecast))
-            shape, econ, hours = memo
+            shape, spec_econ, hours = memo
+            econ = spec_econ
             if checkpoint_location(job) is not None:
-                econ = economics_of(job, forecast, knobs)  # its own: where its checkpoint is prices the move
+                # its own: where its checkpoint is prices the move. It still joins its spec's group
+                # (one scan of the fleet for them all); buying splits a group by economics.
+                econ = economics_of(job, forecast, knobs)
             if spec.deadline is None:
                 decision = plain.get(id(spec))
                 if decision is None:
@@ -370,7 +373,7 @@ class SpotfleetPolicy:
                 members = plain_groups.get((id(spec), virtual))
                 if members is None:
                     members = plain_groups[(id(spec), virtual)] = groups.setdefault(
-                        (tier(job), not virtual, shape, decision.markets, econ, decision.urgent), []
+                        (tier(job), not virtual, shape, decision.markets, spec_econ, decision.urgent), []
                     )
                 members.append(d)
                 continue
@@ -411,7 +414,8 @@ class SpotfleetPolicy:
                 virtual=virtual,
                 market_reason=decision.reason,
             )
-            groups.setdefault((tier(job), not virtual, shape, decision.markets, econ, decision.urgent), []).append(d)
+            key = (tier(job), not virtual, shape, decision.markets, spec_econ, decision.urgent)
+            groups.setdefault(key, []).append(d)
 
         ordered = []
         for key, members in groups.items():

@@ -5,16 +5,22 @@ move buys (the work left, or the spot pool's expected lifetime when shorter)."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
+import pytest
+
+from spotfleet.catalog import load_catalog
 from spotfleet.model.job import Checkpoint, Job
 from spotfleet.model.offering import Market
+from spotfleet.model.spec import JobSpec
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.selection import economics_of, resume_egress_per_hour
+from spotfleet.policies.selection import OfferingIndex, economics_of, rank, resume_egress_per_hour
+from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
-from .builders import T0, job, launches, offering, snapshot
+from .builders import T0, binds, job, launches, offering, snapshot
 
 EAST = offering("p3.2xlarge", "V100", 1, 0.95, market=Market.SPOT, on_demand=3.06, region="us-east-1", zone="use1-az1")
 WEST = offering("p3.2xlarge", "V100", 1, 0.90, market=Market.SPOT, on_demand=3.06, region="us-west-2", zone="usw2-az1")
@@ -51,3 +57,47 @@ def test_resume_egress_is_free_in_place_and_spread_over_the_run_the_move_buys() 
     assert resume_egress_per_hour(econ, WEST, 0.0, Knobs()) == 50 * 0.02 / 10.0  # on-demand: the work left
     gcp = offering("a2-highgpu-1g", "A100", 1, 1.0, provider="gcp", region="us-central1", zone="us-central1-a")
     assert resume_egress_per_hour(econ, gcp, 0.0, Knobs()) == 50 * 0.09 / 10.0  # leaving the cloud: internet rate
+
+
+def _located(job_id: str, where: tuple[str, str], spec: JobSpec | None = None) -> Job:
+    j = job(job_id, expected_duration="20h", checkpoint={"interval": "30m", "size_gib": 50.0},
+            progress={"fraction": 0.5})  # fmt: skip
+    if spec is not None:
+        j.spec = spec
+    j.checkpoint = Checkpoint("s3://ckpt", 10, T0, 1, *where)
+    return j
+
+
+def test_jobs_of_one_spec_with_checkpoints_in_different_regions_each_resume_at_home() -> None:
+    # one spec object for both (the plan groups jobs by spec): each still buys by its own checkpoint
+    east = _located("e", ("aws", "us-east-1"))
+    west = _located("w", ("aws", "us-west-2"), spec=east.spec)
+    cmds = SpotfleetPolicy(Knobs()).decide(snapshot(jobs=[east, west], offerings=[EAST, WEST, OD]))
+    by_job = {job_id: b.bindings[0].instance_id for job_id, b in binds(cmds).items()}
+    region_of = {launch.instance_id: launch.offering.region for launch in launches(cmds)}
+    assert {job_id: region_of[i] for job_id, i in by_job.items()} == {"e": "us-east-1", "w": "us-west-2"}
+
+
+@pytest.mark.parametrize("source", [("aws", "us-east-1"), ("aws", "us-west-2"), ("gcp", "us-central1")])
+@pytest.mark.parametrize("group", [1, 4])
+def test_a_located_checkpoints_ranking_is_the_full_scorers_order(source: tuple[str, str], group: int) -> None:
+    # RankTable admits classes lazily (a resume only adds cost): on the whole bundled catalog its
+    # rows must be the offerings rank() scores one by one, in the same cost order
+    catalog = list(load_catalog())
+    j = _located("r", source)
+    forecast, knobs = Forecast(), Knobs()
+    econ = economics_of(j, forecast, knobs)
+    shape = shape_of(j.spec, forecast)
+    markets = (Market.SPOT, Market.ON_DEMAND)
+    index = OfferingIndex(catalog, forecast=forecast, knobs=knobs)
+    table = index.ranked(shape, markets, econ, group=group)
+    full = rank(catalog, shape=shape, econ=econ, markets=markets, forecast=forecast, group=group, knobs=knobs)
+    rows = list(table)
+    assert len(rows) == len(full.scored) > 100
+    assert table[-1] == rows[-1] and table[1:3] == rows[1:3]
+    assert {r.offering.key for r in rows} == {s.offering.key for s in full.scored}
+    costs = [r.cost_per_work for r in rows]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(costs))
+    assert costs[0] == pytest.approx(full.scored[0].cost_per_work)
+    # the move is priced: the best row is in the checkpoint's region or paid for leaving it
+    assert any(r.egress_per_hour > 0 for r in rows) and any(r.egress_per_hour == 0 for r in rows)
