@@ -74,17 +74,17 @@ def _subset(zones: tuple[str, ...]) -> TraceSet:
     return found
 
 
-Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float]
+Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float, float | None]
 
 
 def _one(args: Task) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history = args
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history, prior = args
     traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
-        checkpoint_interval=interval, checkpoint_gb=checkpoint_gb, history_hours=history,
+        checkpoint_interval=interval, checkpoint_gb=checkpoint_gb, history_hours=history, hazard_prior_per_h=prior,
     )  # fmt: skip
     sim = run.sim
     return Run(
@@ -118,11 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-hours", type=float, default=0.0,
                         help="hours of the traces before each start the controller has already watched "
                              "(its learned run lengths; 0: a controller started with the job)")  # fmt: skip
+    parser.add_argument("--hazard-prior", type=float, default=None,
+                        help="spotfleet's hazard prior for every pool, interruptions per instance-hour "
+                             "(default: its per-cloud priors; the held-out protocol passes the rate pooled "
+                             "over the other trace sets, see docs/simulator.md)")  # fmt: skip
     parser.add_argument("--subsets", type=int, default=0,
                         help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
     parser.add_argument("--max-subsets", type=int, default=0,
                         help="with --subsets: an evenly spaced sample of at most this many subsets (0: all)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.hazard_prior is not None and not 0 < args.hazard_prior <= 100:
+        parser.error(f"--hazard-prior {args.hazard_prior:g}: give interruptions per instance-hour, above 0")
     if args.subsets:
         return _main_subsets(args)
 
@@ -142,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             (),
             args.checkpoint_gb,
             args.history_hours,
+            args.hazard_prior,
         )
         for p in policies
         for t in ticks
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
             "checkpoint_gb": args.checkpoint_gb, "starts": len(ticks), "seed": args.seed,
-            "history_hours": args.history_hours,
+            "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
@@ -245,7 +252,8 @@ def _main_subsets(args: argparse.Namespace) -> int:
         for p in policies:
             for t in ticks:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
-                              args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours))  # fmt: skip
+                              args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours,
+                              args.hazard_prior))  # fmt: skip
     if args.processes > 1:
         with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
             runs = list(pool.map(_one, tasks, chunksize=4))
@@ -273,7 +281,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
             "traces": args.traces, "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
             "checkpoint_gb": args.checkpoint_gb, "starts": args.starts, "seed": args.seed,
-            "history_hours": args.history_hours,
+            "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
             "max_subsets": args.max_subsets,
         }))  # fmt: skip
     return 0

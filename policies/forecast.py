@@ -107,6 +107,7 @@ class Forecast:
     pool_hazard: dict[str, float] = field(default_factory=dict)  # offering key -> posterior /h
     availability: dict[str, PoolAvailability] = field(default_factory=dict)  # pool or market key -> seen
     prior_strength_hours: float = PRIOR_STRENGTH_HOURS
+    prior_per_hour: float | None = None  # one hazard prior for every pool (Knobs.hazard_prior_per_h); None: per cloud
 
     @classmethod
     def from_history(
@@ -116,6 +117,7 @@ class Forecast:
         availability: Iterable[PoolAvailability] = (),
         *,
         prior_strength_hours: float = PRIOR_STRENGTH_HOURS,
+        prior_per_hour: float | None = None,
     ) -> Forecast:
         durations: dict[str, list[float]] = defaultdict(list)
         peaks: dict[str, float] = {}
@@ -134,7 +136,11 @@ class Forecast:
             acc2 = pools[exp.pool]
             acc2[0] += exp.interruptions
             acc2[1] += exp.hours
-        hazard = {pool: _posterior(_prior_for_pool(pool), k, h, prior_strength_hours) for pool, (k, h) in pools.items()}
+        hazard = {
+            pool: _posterior(_prior_for_pool(pool) if prior_per_hour is None else prior_per_hour, k, h,
+                             prior_strength_hours)
+            for pool, (k, h) in pools.items()
+        }  # fmt: skip
         return cls(
             durations_s={f: statistics.median(v) for f, v in durations.items()},
             peak_memory_gib=peaks,
@@ -142,6 +148,7 @@ class Forecast:
             pool_hazard=hazard,
             availability={a.key: a for a in availability},
             prior_strength_hours=prior_strength_hours,
+            prior_per_hour=prior_per_hour,
         )
 
     def hazard(self, offering: Offering) -> float:
@@ -151,6 +158,8 @@ class Forecast:
         found = self.pool_hazard.get(offering.key)
         if found is not None:
             return found
+        if self.prior_per_hour is not None:
+            return self.prior_per_hour
         return HAZARD_PRIOR_PER_HOUR.get(offering.provider, DEFAULT_HAZARD_PRIOR)
 
     def market_supply(self, offering: Offering) -> SpotSupply:

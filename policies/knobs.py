@@ -21,6 +21,11 @@ class Knobs:
     """USD/GiB between regions of one cloud (AWS inter-region and GCP NA list prices)."""
     egress_internet_per_gib: float = 0.09
     """USD/GiB leaving a cloud (AWS internet egress, first tier)."""
+    hazard_prior_per_h: float | None = None
+    """Interruptions per spot instance-hour a pool is assumed to have before it is observed
+    (the Gamma–Poisson prior, ``forecast``). None = the per-cloud priors computed from the
+    reference traces (``forecast.HAZARD_PRIOR_PER_HOUR``). The held-out protocol sets it to the
+    rate pooled over the other trace sets, so no set is judged with a prior fitted to itself."""
 
     # --- market
     deadline_margin_h: float | None = None

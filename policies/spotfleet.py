@@ -334,7 +334,8 @@ class SpotfleetPolicy:
     # ------------------------------------------------------------------
     def plan(self, snapshot: Snapshot) -> PlanResult:
         knobs, now = self.knobs, snapshot.now
-        forecast = Forecast.from_history(snapshot.runs, snapshot.exposure, snapshot.availability)
+        forecast = Forecast.from_history(snapshot.runs, snapshot.exposure, snapshot.availability,
+                                         prior_per_hour=knobs.hazard_prior_per_h)  # fmt: skip
         index = OfferingIndex(
             snapshot.offerings, forecast=forecast, unavailable=snapshot.unavailable, now=now, knobs=knobs
         )

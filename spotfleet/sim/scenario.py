@@ -22,8 +22,11 @@ from spotfleet.sim.workload import single_job
 POLICY_NAMES = ("on-demand", "greedy", "uniform-progress", "ups", "ucm", "spotfleet", "optimal")
 
 
-def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.1) -> Policy:
-    """A fresh planner policy for ``name`` (not ``optimal``)."""
+def make_policy(
+    name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.1, hazard_prior_per_h: float | None = None
+) -> Policy:
+    """A fresh planner policy for ``name`` (not ``optimal``). ``hazard_prior_per_h``:
+    spotfleet's hazard prior for every pool (``Knobs.hazard_prior_per_h``; None: per cloud)."""
     if name in BASELINES:
         return BASELINES[name](restart_hours=restart_hours, decision_interval_hours=tick_hours)
     if name == "spotfleet":
@@ -32,7 +35,8 @@ def make_policy(name: str, *, restart_hours: float = 0.2, tick_hours: float = 0.
             from spotfleet.policies.spotfleet import SpotfleetPolicy
         except ImportError as exc:  # the policy package lands separately
             raise InvalidSpec("policy", f"the spotfleet policy is not available in this build ({exc})") from None
-        return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours, decision_interval_h=tick_hours))
+        return SpotfleetPolicy(Knobs(restart_delay_h=restart_hours, decision_interval_h=tick_hours,
+                                     hazard_prior_per_h=hazard_prior_per_h))  # fmt: skip
     known = ", ".join(POLICY_NAMES)
     if name == "optimal":
         raise InvalidSpec("policy", "optimal is the omniscient bound of scenario (a), not a planner policy")
@@ -68,6 +72,7 @@ def run_single_job(
     settings: SimSettings | None = None,
     checkpoint_gb: float = 0.0,
     history_hours: float | None = None,
+    hazard_prior_per_h: float | None = None,
 ) -> SingleJobRun:
     """Scenario (a) for one policy from one start tick.
 
@@ -75,6 +80,7 @@ def run_single_job(
     or cloud pays that many GiB of egress, in the simulator and in the optimum.
     ``history_hours``: how much of the traces before the start the controller
     has watched (``SimSettings.history_hours``; None: the settings').
+    ``hazard_prior_per_h``: spotfleet's hazard prior (``make_policy``).
     """
     base = settings or SimSettings()
     start = traces.time_of(start_tick)
@@ -112,7 +118,8 @@ def run_single_job(
         egress_internet_per_gib=base.egress_internet_per_gib,
         history_hours=base.history_hours if history_hours is None else history_hours,
     )
-    planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600)
+    planner = make_policy(policy, restart_hours=restart_hours, tick_hours=traces.tick_seconds / 3600,
+                          hazard_prior_per_h=hazard_prior_per_h)  # fmt: skip
     # Run past the deadline (a late job still costs money) but not forever.
     end = deadline + timedelta(hours=max(deadline_hours, work_hours))
     result = Simulation(traces, [item], planner, start=start, end=end, settings=sim_settings).run()

@@ -32,6 +32,27 @@ def test_hazard_posterior_moves_from_prior_toward_observations() -> None:
     assert calm.hazard(SPOT) == pytest.approx(0.468 * 24 / 2024)
 
 
+def test_one_hazard_prior_for_every_pool_when_the_knob_sets_it() -> None:
+    # the held-out protocol's prior (Knobs.hazard_prior_per_h): no cloud's own, observed pools still update it
+    f = Forecast.from_history(exposure=[PoolExposure(SPOT.key, hours=24.0, interruptions=0)], prior_per_hour=2.0)
+    assert f.hazard(SPOT) == pytest.approx(2.0 * 24 / 48)
+    gcp = offering("a3-highgpu-8g", "H100", 8, 15.0, market=Market.SPOT, provider="gcp", region="us-central1",
+                   zone="us-central1-a")  # fmt: skip
+    assert f.hazard(gcp) == 2.0 and f.hazard(offering("p3.2xlarge", "V100", 1, 3.06)) == 0.0
+
+
+def test_the_policy_reads_its_hazard_prior_from_the_knobs() -> None:
+    from spotfleet.sim.scenario import make_policy
+
+    spot, od = SPOT, offering("p3.2xlarge", "V100", 1, 3.06, gpu_memory_gib=16)
+    snap = snapshot(jobs=[job("j", resources={"gpus": 1}, expected_duration="10h", checkpoint={"interval": "30m"})],
+                    offerings=[spot, od])  # fmt: skip
+    # at the default 0.468/h spot's restarts cost less than on-demand's premium; at 20/h they do not
+    assert [launch.offering.market for launch in launches(make_policy("spotfleet").decide(snap))] == [Market.SPOT]
+    flaky = make_policy("spotfleet", hazard_prior_per_h=20.0)
+    assert [launch.offering.market for launch in launches(flaky.decide(snap))] == [Market.ON_DEMAND]
+
+
 def test_durations_memory_and_throughput_per_family() -> None:
     runs = [
         RunRecord("bert", "A100", 1, 3600, peak_gpu_memory_gib=18.0, work=1000.0),

@@ -68,6 +68,26 @@ def test_subsets_mode_reports_mean_and_worst_per_policy(tmp_path: Path, capsys: 
         assert by[p]["mean_ratio"] >= 1.0 - 1e-9  # nothing beats the omniscient optimum
 
 
+def test_hazard_prior_is_passed_to_spotfleet_and_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The held-out protocol's ``--hazard-prior`` (docs/simulator.md): spotfleet plans
+    with it, and every JSON line records it."""
+    traces = write_traces(tmp_path / "traces")
+    argv = ["--traces", str(traces), "--subsets", "3", "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+            "--policies", "spotfleet"]  # fmt: skip
+
+    def spotfleet_line(*extra: str) -> dict[str, object]:
+        assert bench().main([*argv, *extra]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        return next(d for d in lines if d["policy"] == "spotfleet")
+
+    default, flaky = spotfleet_line(), spotfleet_line("--hazard-prior", "20")
+    assert default["hazard_prior"] is None and flaky["hazard_prior"] == 20.0
+    assert flaky["mean_ratio"] != default["mean_ratio"]  # 20 reclaims/h expected: it plans otherwise
+    with pytest.raises(SystemExit) as bad:
+        bench().main([*argv, "--hazard-prior", "0"])
+    assert bad.value.code == 2 and "--hazard-prior 0: give interruptions per instance-hour" in capsys.readouterr().err
+
+
 def test_subsets_larger_than_the_zones_is_an_error(tmp_path: Path) -> None:
     traces = write_traces(tmp_path / "traces")
     assert bench().main(["--traces", str(traces), "--subsets", "4", "--starts", "1"]) == 2
