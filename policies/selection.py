@@ -203,18 +203,14 @@ class RankTable(Sequence[Scored]):
         "_rates",
         "_rows",
         "_shape",
-        "_speed_of",
         "_terms",
-        "_units",
     )
 
     def __init__(
         self, index: OfferingIndex, shape: Shape, econ: Economics, group: int, classes: list[OfferingClass]
     ) -> None:
         self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
-        self._units = shape.gpu_units if shape.gpu_units > 0 else 1.0
         self._k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
-        self._speed_of = _speed_function(econ) if econ.learned or econ.override is not None else None
         self._terms = index.class_terms(shape, econ, group, classes)
         resume = econ.resume_from is not None and econ.resume_gib > 0
         # per job (its checkpoint's place, size, work left): the only term computed afresh
