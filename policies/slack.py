@@ -101,17 +101,15 @@ def return_to_spot_pays(
     hazard_per_h: float,
     work_left_h: float,
     restart_h: float,
-    egress_usd: float = 0.0,
 ) -> tuple[float, float]:
     """(gain, cost) of moving a job from on-demand back to spot now.
 
     Gain: the on-demand premium saved while the spot run lasts (its expected
     length ``1/λ``, at most the work left) less its restart. Cost: the restart
-    paid at the spot price, moving the checkpoint to the spot pool's region
-    (``egress_usd``), and in slack that restart plus the one the spot run's
-    reclaim will cost (``reclaim_cost_h``), each hour priced at
+    paid at the spot price, and in slack that restart plus the one the spot
+    run's reclaim will cost (``reclaim_cost_h``), each hour priced at
     ``value_per_h``. The caller moves only when gain > cost."""
     life = 1.0 / hazard_per_h if hazard_per_h > 0 else work_left_h
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
-    cost = restart_h * spot_price + egress_usd + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
+    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
     return gain, cost

@@ -139,9 +139,7 @@ class SpotfleetPolicy:
                 if self._spot_worth(index, shape, econ, {}, slack) is None:
                     why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
                     if why is not None:
-                        inst = snapshot.instances.get(job.bindings[0].instance_id) if job.bindings else None
-                        why = self._return_pays(job, shape, index, forecast, hours, why, now=snapshot.now,
-                                                current=inst.offering if inst else None)  # fmt: skip
+                        why = self._return_pays(job, shape, index, forecast, hours, why, now=snapshot.now)
             if why is not None:
                 out.extend(_move(job, snapshot, fleet, why))
                 result.notes[job.id] = why
@@ -294,21 +292,17 @@ class SpotfleetPolicy:
         why: str,
         *,
         now: datetime,
-        current: Offering | None = None,
     ) -> str | None:
-        """``why`` (a move back to spot) when it pays for its restarts, moving its
-        checkpoint off ``current`` (its on-demand instance's offering) and the
+        """``why`` (a move back to spot) when it pays for its restarts and the
         slack they spend (``slack.return_to_spot_pays``), else None."""
         slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
-        egress = self._return_egress(job, shape, index, forecast, current)
         gain, cost = return_to_spot_pays(
             slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
             spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
             work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
-            egress_usd=egress,
         )  # fmt: skip
         if gain <= cost:
             return None
@@ -316,20 +310,7 @@ class SpotfleetPolicy:
             pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
             if pace is not None and pace < 0:
                 return None  # the slack will run out: stay until ahead of an even spending of it
-        moved = f", ${egress:.2f} of it moving the checkpoint" if egress else ""
-        return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack{moved})"
-
-    def _return_egress(
-        self, job: Job, shape: Shape, index: OfferingIndex, forecast: Forecast, current: Offering | None
-    ) -> float:
-        """USD to move the job's checkpoint from its on-demand instance (``current``)
-        to the spot pool the placement would pick for it (``checkpoint_egress``;
-        the ranking prices the move too, so a pool in its own region wins when
-        the gap is small)."""
-        if current is None or job.spec.checkpoint.size_gib <= 0:
-            return 0.0
-        ranked = index.ranked(shape, SPOT_ONLY, economics_of(job, forecast, self.knobs), group=1)
-        return checkpoint_egress(job, current, ranked[0].offering, self.knobs) if len(ranked) else 0.0
+        return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack)"
 
     # ------------------------------------------------------------------
     def plan(self, snapshot: Snapshot) -> PlanResult:

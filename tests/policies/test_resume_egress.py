@@ -13,7 +13,6 @@ import pytest
 from spotfleet.catalog import load_catalog
 from spotfleet.model.job import Checkpoint, Job
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import Drain
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
@@ -21,7 +20,7 @@ from spotfleet.policies.selection import OfferingIndex, economics_of, rank, resu
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
-from .builders import T0, binds, instance, job, launches, offering, running, snapshot
+from .builders import T0, binds, job, launches, offering, snapshot
 
 EAST = offering("p3.2xlarge", "V100", 1, 0.95, market=Market.SPOT, on_demand=3.06, region="us-east-1", zone="use1-az1")
 WEST = offering("p3.2xlarge", "V100", 1, 0.90, market=Market.SPOT, on_demand=3.06, region="us-west-2", zone="usw2-az1")
@@ -102,28 +101,3 @@ def test_a_located_checkpoints_ranking_is_the_full_scorers_order(source: tuple[s
     assert costs[0] == pytest.approx(full.scored[0].cost_per_work)
     # the move is priced: the best row is in the checkpoint's region or paid for leaving it
     assert any(r.egress_per_hour > 0 for r in rows) and any(r.egress_per_hour == 0 for r in rows)
-
-
-def _return_from_on_demand(size_gib: float, spot_region: str) -> list[Drain]:
-    """A job on on-demand in us-east-1 with 1 h of work left and hours of slack;
-    spot is $0.70/h cheaper, but only in ``spot_region``."""
-    od_offer = offering("g5.xlarge", "A10G", 1, 1.0, region="us-east-1", zone="use1-az1")
-    spot = offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0, region=spot_region,
-                    zone=f"{spot_region}-az1")  # fmt: skip
-    od = instance("od", od_offer)
-    deadline = T0 + timedelta(hours=10)
-    j = running("d", od, (0,), deadline=deadline.isoformat(), expected_duration="4h",
-                checkpoint={"interval": "30m", "size_gib": size_gib},
-                progress={"fraction": 0.75, "market": "on_demand"})  # fmt: skip
-    j.checkpoint = Checkpoint("s3://ckpt", 10, T0, 1, "aws", "us-east-1")
-    snap = snapshot(jobs=[j], instances=[od], offerings=[spot, od_offer], now=deadline - timedelta(hours=5))
-    return [c for c in SpotfleetPolicy(Knobs()).decide(snap) if isinstance(c, Drain)]
-
-
-def test_a_return_to_spot_pays_for_moving_the_checkpoint_to_the_spot_region() -> None:
-    # saving: $0.70/h over the 1 h left less a restart, ~$0.58; moving 50 GiB to us-west-2: $1
-    assert _return_from_on_demand(50.0, "us-west-2") == []
-    (back,) = _return_from_on_demand(50.0, "us-east-1")  # spot in its own region: the move is free
-    assert "back to spot" in back.reason and "checkpoint" not in back.reason
-    (small,) = _return_from_on_demand(5.0, "us-west-2")  # 5 GiB: $0.10, the return still pays
-    assert "$0.10 of it moving the checkpoint" in small.reason
