@@ -36,9 +36,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 from spotfleet.sim.scenario import POLICY_NAMES, run_single_job, start_ticks
-from spotfleet.sim.traces import TraceSet, load_traces
+from spotfleet.sim.traces import TraceSet, cloud_of, load_traces, spot_losses
 
 
 @dataclass(frozen=True)
@@ -118,16 +119,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-hours", type=float, default=0.0,
                         help="hours of the traces before each start the controller has already watched "
                              "(its learned run lengths; 0: a controller started with the job)")  # fmt: skip
-    parser.add_argument("--hazard-prior", type=float, default=None,
-                        help="spotfleet's hazard prior for every pool, interruptions per instance-hour "
-                             "(default: its per-cloud priors; the held-out protocol passes the rate pooled "
-                             "over the other trace sets, see docs/simulator.md)")  # fmt: skip
+    parser.add_argument("--hazard-prior", type=_prior_arg, default=None,
+                        help="spotfleet's hazard prior for every pool: interruptions per instance-hour, or "
+                             "'held-out': the spot loss rate of the other trace sets beside --traces, of the "
+                             "same cloud when there are any (default: its per-cloud priors; docs/simulator.md)")  # fmt: skip
     parser.add_argument("--subsets", type=int, default=0,
                         help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
     parser.add_argument("--max-subsets", type=int, default=0,
                         help="with --subsets: an evenly spaced sample of at most this many subsets (0: all)")  # fmt: skip
     args = parser.parse_args(argv)
-    if args.hazard_prior is not None and not 0 < args.hazard_prior <= 100:
+    if args.hazard_prior == HELD_OUT:
+        try:
+            args.hazard_prior, others = held_out_prior(args.traces)
+        except ValueError as exc:
+            parser.error(f"--hazard-prior held-out: {exc}")
+        print(f"hazard prior (held out): {args.hazard_prior:.4f}/h, the spot loss rate of {', '.join(others)}")
+    elif args.hazard_prior is not None and not 0 < args.hazard_prior <= 100:
         parser.error(f"--hazard-prior {args.hazard_prior:g}: give interruptions per instance-hour, above 0")
     if args.subsets:
         return _main_subsets(args)
@@ -193,6 +200,39 @@ def main(argv: list[str] | None = None) -> int:
     for line in lines:
         print(json.dumps(line))
     return 0
+
+
+HELD_OUT = "held-out"
+
+
+def _prior_arg(value: str) -> float | str:
+    if value == HELD_OUT:
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a rate per instance-hour or '{HELD_OUT}'") from None
+
+
+def held_out_prior(traces: list[str]) -> tuple[float, list[str]]:
+    """The hazard prior a set is judged with when no prior may come from it:
+    the spot loss rate (``traces.spot_losses``) pooled over the other trace
+    sets in the folders holding ``traces``, those of the same cloud when there
+    are any, else all of them. Returns the rate and the sets it pooled."""
+    given = {Path(t).resolve() for t in traces}
+    if not all(p.is_dir() for p in given):
+        raise ValueError("give trace directories (one set each), not files")
+    siblings = sorted({s for p in given for s in p.parent.iterdir() if s.is_dir() and s not in given})
+    siblings = [s for s in siblings if any(s.glob("*.json"))]
+    if not siblings:
+        raise ValueError("no other trace set beside the ones given")
+    clouds = cloud_of(traces)
+    same = [s for s in siblings if cloud_of([s]) & clouds]
+    pool = same or siblings
+    losses = spot_losses(pool)
+    if losses.available_hours <= 0 or losses.losses == 0:
+        raise ValueError(f"the other sets ({', '.join(s.name for s in pool)}) record no spot loss")
+    return losses.rate, [s.name for s in pool]
 
 
 def subset_list(zones: list[str], k: int, limit: int = 0) -> list[tuple[str, ...]]:

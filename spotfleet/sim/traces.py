@@ -18,6 +18,7 @@ trace records where its price came from (``spot_price_source``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -232,6 +233,38 @@ def trace_paths(paths: Iterable[Path | str]) -> list[Path]:
         else:
             raise InvalidTrace("", "no such file or directory", source=str(path))
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class SpotLosses:
+    """How often spot was lost in some traces: available → unavailable steps
+    over available hours (a zone is available while at least one instance can
+    be had, as the simulator reads it). ``rate`` is losses per available hour,
+    the unit of a hazard prior (``policies/forecast.py``)."""
+
+    losses: int
+    available_hours: float
+
+    @property
+    def rate(self) -> float:
+        return self.losses / self.available_hours if self.available_hours > 0 else 0.0
+
+
+def spot_losses(paths: Iterable[Path | str]) -> SpotLosses:
+    """``SpotLosses`` summed over the trace files under ``paths``, each read
+    on its own ticks (no common grid: a padded edge is not a loss)."""
+    losses, hours = 0, 0.0
+    for path in trace_paths(paths):
+        tf = read_trace_file(path)
+        up = [count > 0 for count in tf.available]
+        losses += sum(1 for before, now in itertools.pairwise(up) if before and not now)
+        hours += sum(up) * tf.tick_seconds / 3600.0
+    return SpotLosses(losses, hours)
+
+
+def cloud_of(paths: Iterable[Path | str]) -> set[str]:
+    """The clouds the trace files under ``paths`` were measured on."""
+    return {read_trace_file(path).cloud for path in trace_paths(paths)}
 
 
 def load_traces(

@@ -88,6 +88,48 @@ def test_hazard_prior_is_passed_to_spotfleet_and_recorded(tmp_path: Path, capsys
     assert bad.value.code == 2 and "--hazard-prior 0: give interruptions per instance-hour" in capsys.readouterr().err
 
 
+def _trace_set(folder: Path, cloud: str, zones: dict[str, list[int]]) -> Path:
+    folder.mkdir(parents=True)
+    for zone, avail in zones.items():
+        tf = trace_file(zone, avail, tick=1800, cloud=cloud, instance_type="a3" if cloud == "gcp" else "p3.2xlarge")
+        (folder / f"{zone}.json").write_text(tf.model_dump_json())
+    return folder
+
+
+def test_held_out_prior_is_the_loss_rate_of_the_other_sets_of_the_cloud(tmp_path: Path) -> None:
+    """``--hazard-prior held-out``: a set is judged with the spot loss rate of the
+    sets beside it, of its own cloud when there are any, else of all of them."""
+    root = tmp_path / "traces"
+    judged = _trace_set(root / "aws-judged", "aws", {"us-east-1a": [1, 0] * 6})  # its own rate is never read
+    # 2 losses in 4 available half-hours (1, 1, 0, 1, 1, 0) and 1 in 3 h (six up, then down): 3 losses / 5 h
+    _trace_set(root / "aws-other", "aws", {"us-east-1b": [1, 1, 0, 1, 1, 0], "us-west-2a": [1] * 6 + [0]})
+    _trace_set(root / "gcp-set", "gcp", {"us-central1-a": [1, 0, 0, 0]})  # 1 loss in 0.5 h
+    b = bench()
+    rate, pooled = b.held_out_prior([str(judged)])
+    assert pooled == ["aws-other"] and rate == pytest.approx(3 / 5.0)
+    # a GCP set with no other GCP set beside it: every other set, pooled
+    rate, pooled = b.held_out_prior([str(root / "gcp-set")])
+    assert pooled == ["aws-judged", "aws-other"] and rate == pytest.approx((6 + 3) / (3.0 + 5.0))
+    lonely = _trace_set(tmp_path / "alone" / "only", "aws", {"us-east-1a": [1, 0]})
+    with pytest.raises(ValueError, match="no other trace set"):
+        b.held_out_prior([str(lonely)])
+
+
+def test_held_out_prior_runs_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "traces"
+    root.mkdir()
+    judged = write_traces(root / "aws-judged")
+    _trace_set(root / "aws-other", "aws", {"us-east-1b": [1, 1, 0, 1, 1, 0]})  # 2 losses / 2 h
+    assert bench().main(["--traces", str(judged), "--subsets", "3", "--starts", "1", "--work-hours", "4",
+                         "--deadline-hours", "8", "--policies", "spotfleet", "--hazard-prior", "held-out"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "hazard prior (held out): 1.0000/h, the spot loss rate of aws-other" in out
+    assert {json.loads(line)["hazard_prior"] for line in out.splitlines() if line.startswith("{")} == {1.0}
+    with pytest.raises(SystemExit):
+        bench().main(["--traces", str(judged), "--hazard-prior", "often"])
+    assert "'often': give a rate per instance-hour or 'held-out'" in capsys.readouterr().err
+
+
 def test_subsets_larger_than_the_zones_is_an_error(tmp_path: Path) -> None:
     traces = write_traces(tmp_path / "traces")
     assert bench().main(["--traces", str(traces), "--subsets", "4", "--starts", "1"]) == 2
