@@ -137,10 +137,9 @@ class Forecast:
             acc2[0] += exp.interruptions
             acc2[1] += exp.hours
         hazard = {
-            pool: _posterior(_prior_for_pool(pool) if prior_per_hour is None else prior_per_hour, k, h,
-                             prior_strength_hours)
+            pool: _posterior(hazard_prior(provider_of_key(pool), prior_per_hour), k, h, prior_strength_hours)
             for pool, (k, h) in pools.items()
-        }  # fmt: skip
+        }
         return cls(
             durations_s={f: statistics.median(v) for f, v in durations.items()},
             peak_memory_gib=peaks,
@@ -158,9 +157,7 @@ class Forecast:
         found = self.pool_hazard.get(offering.key)
         if found is not None:
             return found
-        if self.prior_per_hour is not None:
-            return self.prior_per_hour
-        return HAZARD_PRIOR_PER_HOUR.get(offering.provider, DEFAULT_HAZARD_PRIOR)
+        return hazard_prior(offering.provider, self.prior_per_hour)
 
     def market_supply(self, offering: Offering) -> SpotSupply:
         """Spot supply of ``offering``'s instance type in any zone (what a job free
@@ -182,8 +179,10 @@ class Forecast:
         return self.throughput.get(family, {})
 
 
-def _prior_for_pool(pool: str) -> float:
-    return HAZARD_PRIOR_PER_HOUR.get(provider_of_key(pool), DEFAULT_HAZARD_PRIOR)
+def hazard_prior(provider: str, override: float | None = None) -> float:
+    """The hazard prior of a pool of ``provider``: ``override`` when one is set
+    (``Knobs.hazard_prior_per_h``), else the cloud's from the reference traces."""
+    return override if override is not None else HAZARD_PRIOR_PER_HOUR.get(provider, DEFAULT_HAZARD_PRIOR)
 
 
 def _posterior(prior: float, interruptions: float, hours: float, strength: float) -> float:

@@ -184,9 +184,9 @@ class RankTable(Sequence[Scored]):
     resume (``ClassTerms``, shared by every job of a spec); a resume only adds
     cost, so a class whose shared cost is above the heap's best cannot come
     first yet and waits. Planning usually reads one or two rows: a job that
-    resumes a located checkpoint scores the few classes near the top, not all
-    ~170 of the catalog — which is what lets 10,000 requeued jobs, each with
-    its own checkpoint, plan as fast as 10,000 fresh ones. Rows come out in
+    resumes a located checkpoint scores only the classes that can still come
+    first, not all ~170 of the catalog (``bench/plan_scale.py
+    --located-share``; docs/policies.md, "A mass requeue"). Rows come out in
     exact cost order (ties: price, then class order).
     """
 
@@ -212,9 +212,9 @@ class RankTable(Sequence[Scored]):
         self._index, self._shape, self._econ, self._group, self._classes = index, shape, econ, group, classes
         self._k = shape.nodes * (econ.lost_work_h + econ.restart_delay_h)
         self._terms = index.class_terms(shape, econ, group, classes)
-        resume = econ.resume_from is not None and econ.resume_gib > 0
         # per job (its checkpoint's place, size, work left): the only term computed afresh
-        self._rates = index.move_rates(classes, econ.resume_from) if resume and econ.resume_from else None
+        located = econ.resume_from is not None and econ.resume_gib > 0
+        self._rates = index.move_rates(classes, econ.resume_from) if located and econ.resume_from else None
         self._extra: dict[int, float] = {}
         self._heap: list[tuple[float, float, int, int]] = []
         self._next = 0  # position in ``_terms.order`` of the next class to enter the heap

@@ -36,3 +36,8 @@ def test_plan_scale_plans_every_job_with_and_without_located_checkpoints(share: 
 def test_plan_scale_rejects_a_share_outside_zero_to_one() -> None:
     run = _bench("--located-share", "2")
     assert run.returncode == 2 and "--located-share 2.0: give a share between 0 and 1" in run.stderr
+
+
+def test_plan_scale_help_names_the_located_share() -> None:
+    run = _bench("--help")
+    assert run.returncode == 0 and "--located-share" in run.stdout

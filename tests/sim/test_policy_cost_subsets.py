@@ -130,6 +130,13 @@ def test_held_out_prior_runs_from_the_command_line(tmp_path: Path, capsys: pytes
     assert "'often': give a rate per instance-hour or 'held-out'" in capsys.readouterr().err
 
 
+def test_help_names_the_held_out_prior(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        bench().main(["--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and "--hazard-prior" in out and "held-out" in out
+
+
 def test_subsets_larger_than_the_zones_is_an_error(tmp_path: Path) -> None:
     traces = write_traces(tmp_path / "traces")
     assert bench().main(["--traces", str(traces), "--subsets", "4", "--starts", "1"]) == 2
