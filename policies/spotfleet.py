@@ -299,20 +299,17 @@ class SpotfleetPolicy:
         view = _market_view(index, shape)
         if slack is None or view is None or hours is None:
             return why
-        work_left = max(0.0, hours - progress_hours(job, hours))
-        hazard = view.hazard * shape.nodes
         gain, cost = return_to_spot_pays(
             slack, premium_per_h=max(0.0, view.on_demand_price - view.spot_price) * shape.nodes,
-            spot_price=view.spot_price * shape.nodes, hazard_per_h=hazard, work_left_h=work_left,
-            restart_h=self.knobs.restart_delay_h,
+            spot_price=view.spot_price * shape.nodes, hazard_per_h=view.hazard * shape.nodes,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)), restart_h=self.knobs.restart_delay_h,
         )  # fmt: skip
         if gain <= cost:
             return None
-        if slack.pressure >= 0.5:
-            run = min(work_left, 1.0 / hazard) if hazard > 0 else work_left
-            pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=run)
+        if slack.pressure >= 0.5 and slack.reclaim_cost_h >= 2 * self.knobs.restart_delay_h:
+            pace = slack_pace(job, now=now, expected_hours=hours, ahead_h=2 * self.knobs.restart_delay_h)
             if pace is not None and pace < 0:
-                return None  # the slack will run out and this run would leave the job behind an even spending
+                return None  # the slack will run out: stay until ahead of an even spending of it
         return f"{why} (saves ${gain:.2f} against ${cost:.2f} of restarts and slack)"
 
     # ------------------------------------------------------------------
@@ -540,11 +537,7 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         cheapest = min(usable or spot, key=lambda o: o.price_per_hour)
         supply = max((index.forecast.market_supply(o) for o in spot), key=lambda s: s.availability)
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
-        seen = index.forecast.availability.get(cheapest.key)
-        if seen is not None and seen.ended_runs > 0 and mean_up > 0:
-            long_run = 1.0 / mean_up
-        else:
-            long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
+        long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
             cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
         )
