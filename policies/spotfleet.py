@@ -42,7 +42,7 @@ from spotfleet.model.offering import Market, Offering
 from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
-from spotfleet.policies.forecast import PRIOR_UP_RUN_H, Forecast, SpotSupply
+from spotfleet.policies.forecast import Forecast, SpotSupply
 from spotfleet.policies.knobs import DEFAULT_KNOBS, Knobs
 from spotfleet.policies.market import (
     ON_DEMAND_ONLY,
@@ -536,31 +536,13 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         usable = [o for o in spot if index.usable(o)]
         cheapest = min(usable or spot, key=lambda o: o.price_per_hour)
         supply = max((index.forecast.market_supply(o) for o in spot), key=lambda s: s.availability)
-        seen = index.forecast.availability.get(cheapest.key)
-        if seen is not None and seen.recent_runs_h:
-            long_run = 1.0 / met_run_h(seen.recent_runs_h, supply.availability)
-        else:
-            mean_up = index.forecast.pool_supply(cheapest).mean_up_h
-            long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
+        mean_up = index.forecast.pool_supply(cheapest).mean_up_h
+        long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
             cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
         )
     cache[shape] = view
     return view
-
-
-def met_run_h(runs_h: tuple[float, ...], availability: float) -> float:
-    """Mean spot run a job meets over its remaining work: after a reclaim it moves to a
-    pool that is up (probability ``availability``), entering a run at a random point, so
-    it meets the length-biased residual E[L²]/2E[L]; otherwise it waits for a fresh run,
-    E[L]. The prior run (``PRIOR_UP_RUN_H``, exponential) counts as one run."""
-    s1 = PRIOR_UP_RUN_H + sum(runs_h)
-    s2 = 2 * PRIOR_UP_RUN_H**2 + sum(x * x for x in runs_h)
-    n = 1 + len(runs_h)
-    mean = s1 / n
-    residual = s2 / (2 * s1)
-    a = min(1.0, max(0.0, availability))
-    return a * residual + (1 - a) * mean
 
 
 def _market_down(index: OfferingIndex, shape: Shape) -> bool:
