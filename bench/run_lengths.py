@@ -88,9 +88,12 @@ def set_figures(zones: list[ZoneRuns], *, restart_h: float, short_h: float, afte
         "usable_run_h": round(statistics.mean(usable_all), 3) if usable_all else None,
         "usable_run_after_short_h": round(statistics.mean(usable_after), 3) if usable_after else None,
         "after_short_count": len(usable_after),
-        "zones": {z.zone: {"runs": len(z.runs), "fresh_rate_per_h": round(z.fresh_rate, 3),
-                           "met_rate_per_h": round(z.met_rate, 3)} for z in zones},  # fmt: skip
+        "zones": {z.zone: _zone_figures(z) for z in zones},
     }
+
+
+def _zone_figures(z: ZoneRuns) -> dict[str, float | int]:
+    return {"runs": len(z.runs), "fresh_rate_per_h": round(z.fresh_rate, 3), "met_rate_per_h": round(z.met_rate, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
