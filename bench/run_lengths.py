@@ -9,8 +9,9 @@ not built on:
 - **Runs cluster.** After a few short runs, is the next one short too? Per
   set: the correlation of the logs of consecutive up runs, and the mean usable
   length ``E[max(0, L − d)]`` of a run (``d`` the restart: what a job that
-  enters it gets out of it) over all runs, and after the last ``--after``
-  runs were all shorter than ``--short-hours``.
+  enters it gets out of it) over the runs with ``--after`` runs before them
+  in their zone, and over those of them whose last ``--after`` runs were all
+  shorter than ``--short-hours``.
 - **A job meets runs length-biased.** A job that moves to a zone that is up
   enters its run at a random point, so it meets long runs more often than
   their count says: its expected stay is ``E[L²] / 2E[L]``, not ``E[L]``.
@@ -37,20 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotfleet.errors import InvalidSpec
-from spotfleet.sim.traces import read_trace_file, trace_paths
-
-
-def up_runs(available: list[int], tick_hours: float) -> list[float]:
-    """Lengths (hours) of the up runs that ended inside the series, in order."""
-    runs: list[float] = []
-    length = 0
-    for count in available:
-        if count > 0:
-            length += 1
-        elif length:
-            runs.append(length * tick_hours)
-            length = 0
-    return runs
+from spotfleet.sim.traces import read_trace_file, trace_paths, up_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +56,41 @@ class ZoneRuns:
         """Reclaims per up hour for a job that enters runs at random points: 2E[L]/E[L²]."""
         return 2 * sum(self.runs) / sum(x * x for x in self.runs) if self.runs else math.nan
 
+    def to_json(self) -> dict[str, float | int]:
+        return {"runs": len(self.runs), "fresh_rate_per_h": round(self.fresh_rate, 3),
+                "met_rate_per_h": round(self.met_rate, 3)}  # fmt: skip
 
-def set_figures(zones: list[ZoneRuns], *, restart_h: float, short_h: float, after: int) -> dict[str, object]:
-    """The per-set figures of the module docstring."""
+
+@dataclass(frozen=True, slots=True)
+class SetFigures:
+    """The per-set figures of the module docstring. The usable-run mean and its
+    conditional one are taken over the same runs: those with ``after`` runs
+    before them in their zone (the first ``after`` of each zone have no past
+    to condition on)."""
+
+    runs: int
+    log_corr_consecutive: float
+    usable_run_h: float | None
+    usable_run_after_short_h: float | None
+    after_short_count: int
+    zones: list[ZoneRuns]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "runs": self.runs,
+            "log_corr_consecutive": round(self.log_corr_consecutive, 3),
+            "usable_run_h": _round(self.usable_run_h),
+            "usable_run_after_short_h": _round(self.usable_run_after_short_h),
+            "after_short_count": self.after_short_count,
+            "zones": {z.zone: z.to_json() for z in self.zones},
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def set_figures(zones: list[ZoneRuns], *, restart_h: float, short_h: float, after: int) -> SetFigures:
     pairs = [(a, b) for z in zones for a, b in zip(z.runs, z.runs[1:], strict=False)]
     logs = [(math.log(a), math.log(b)) for a, b in pairs]
     corr = statistics.correlation([a for a, _ in logs], [b for _, b in logs]) if len(logs) > 2 else math.nan
@@ -82,18 +102,18 @@ def set_figures(zones: list[ZoneRuns], *, restart_h: float, short_h: float, afte
             usable_all.append(usable)
             if all(x < short_h for x in z.runs[i - after : i]):
                 usable_after.append(usable)
-    return {
-        "runs": sum(len(z.runs) for z in zones),
-        "log_corr_consecutive": round(corr, 3),
-        "usable_run_h": round(statistics.mean(usable_all), 3) if usable_all else None,
-        "usable_run_after_short_h": round(statistics.mean(usable_after), 3) if usable_after else None,
-        "after_short_count": len(usable_after),
-        "zones": {z.zone: _zone_figures(z) for z in zones},
-    }
+    return SetFigures(
+        runs=sum(len(z.runs) for z in zones),
+        log_corr_consecutive=corr,
+        usable_run_h=statistics.mean(usable_all) if usable_all else None,
+        usable_run_after_short_h=statistics.mean(usable_after) if usable_after else None,
+        after_short_count=len(usable_after),
+        zones=zones,
+    )
 
 
-def _zone_figures(z: ZoneRuns) -> dict[str, float | int]:
-    return {"runs": len(z.runs), "fresh_rate_per_h": round(z.fresh_rate, 3), "met_rate_per_h": round(z.met_rate, 3)}
+def _show(hours: float | None) -> str:
+    return "-" if hours is None else f"{hours:.3f} h"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,15 +137,15 @@ def main(argv: list[str] | None = None) -> int:
             tf = read_trace_file(path)
             zones.append(ZoneRuns(tf.zone, up_runs(list(tf.available), tf.tick_seconds / 3600.0)))
         fig = set_figures(zones, restart_h=args.restart_hours, short_h=args.short_hours, after=args.after)
-        print(f"{Path(item).name}: {fig['runs']} runs, log-correlation of consecutive runs "
-              f"{fig['log_corr_consecutive']}; usable run (E[max(0, L - {args.restart_hours:g} h)]) "
-              f"{fig['usable_run_h']} h, after {args.after} runs < {args.short_hours:g} h "
-              f"{fig['usable_run_after_short_h']} h (n={fig['after_short_count']})")  # fmt: skip
-        for zone, z in fig["zones"].items():  # type: ignore[attr-defined]
-            print(f"  {zone:<20} {z['runs']:>4} runs  fresh 1/E[L] {z['fresh_rate_per_h']:.2f}/h  "
-                  f"met 2E[L]/E[L²] {z['met_rate_per_h']:.2f}/h")  # fmt: skip
+        print(f"{Path(item).name}: {fig.runs} runs, log-correlation of consecutive runs "
+              f"{fig.log_corr_consecutive:.3f}; usable run (E[max(0, L - {args.restart_hours:g} h)]) "
+              f"{_show(fig.usable_run_h)}, after {args.after} runs < {args.short_hours:g} h "
+              f"{_show(fig.usable_run_after_short_h)} (n={fig.after_short_count})")  # fmt: skip
+        for z in fig.zones:
+            print(f"  {z.zone:<20} {len(z.runs):>4} runs  fresh 1/E[L] {z.fresh_rate:.2f}/h  "
+                  f"met 2E[L]/E[L²] {z.met_rate:.2f}/h")  # fmt: skip
         print(json.dumps({"traces": item, "restart_hours": args.restart_hours, "short_hours": args.short_hours,
-                          "after": args.after, **fig}))  # fmt: skip
+                          "after": args.after, **fig.to_json()}))  # fmt: skip
     return 0
 
 

@@ -18,7 +18,6 @@ trace records where its price came from (``spot_price_source``).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import statistics
@@ -250,15 +249,29 @@ class SpotLosses:
         return self.losses / self.available_hours if self.available_hours > 0 else 0.0
 
 
+def up_runs(available: Iterable[int], tick_hours: float) -> list[float]:
+    """Lengths (hours) of the up runs of one zone's series that ended inside it,
+    in order: each is a spot loss (a run still up at the end is cut off, not
+    counted). Up = at least one instance can be had, as the simulator reads it."""
+    runs: list[float] = []
+    length = 0
+    for count in available:
+        if count > 0:
+            length += 1
+        elif length:
+            runs.append(length * tick_hours)
+            length = 0
+    return runs
+
+
 def spot_losses(paths: Iterable[Path | str]) -> SpotLosses:
     """``SpotLosses`` summed over the trace files under ``paths``, each read
     on its own ticks (no common grid: a padded edge is not a loss)."""
     losses, hours = 0, 0.0
     for path in trace_paths(paths):
         tf = read_trace_file(path)
-        up = [count > 0 for count in tf.available]
-        losses += sum(1 for before, now in itertools.pairwise(up) if before and not now)
-        hours += sum(up) * tf.tick_seconds / 3600.0
+        losses += len(up_runs(tf.available, tf.tick_seconds / 3600.0))
+        hours += sum(1 for count in tf.available if count > 0) * tf.tick_seconds / 3600.0
     return SpotLosses(losses, hours)
 
 
