@@ -23,6 +23,12 @@ cost), the worst subset's ratio, the worst single start, and the misses, then
 one JSON line with ``mode: "subsets"``:
 
     python bench/policy_cost.py --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 30
+
+Progress (runs done, elapsed, an estimate of the time left) goes to stderr.
+``--runs-out PATH`` also writes every run as a JSON line (its subset, policy,
+start tick, cost, the optimum's cost on the same start, misses), so that two
+versions of a policy can be compared start by start with
+``bench/compare_runs.py`` instead of by their means alone.
 """
 
 from __future__ import annotations
@@ -100,6 +106,56 @@ def _one(args: Task) -> Run:
     )
 
 
+PROGRESS_EVERY_S = 15.0
+"""Seconds between two progress lines on stderr (and one when the last run ends)."""
+
+
+def run_all(tasks: list[Task], args: argparse.Namespace, *, chunksize: int) -> list[Run]:
+    """Every task's run, in task order: on ``--processes`` workers, with progress
+    on stderr (a leave-zones-out protocol runs for most of an hour on two
+    cores), and written to ``--runs-out`` when given."""
+    began = last = time.monotonic()
+    runs: list[Run] = []
+
+    def done(run: Run) -> None:
+        nonlocal last
+        runs.append(run)
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY_S or len(runs) == len(tasks):
+            last = now
+            spent = now - began
+            left = spent / len(runs) * (len(tasks) - len(runs))
+            print(f"runs {len(runs)}/{len(tasks)}, {spent / 60:.1f} min, about {left / 60:.1f} min left",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    if args.processes > 1:
+        with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
+            for run in pool.map(_one, tasks, chunksize=chunksize):
+                done(run)
+    else:
+        for task in tasks:
+            done(_one(task))
+    if args.runs_out is not None:
+        write_runs(args.runs_out, runs)
+    return runs
+
+
+def write_runs(path: Path, runs: list[Run]) -> None:
+    """One JSON line per run, with the optimum's cost on the same subset and start
+    (None when the optimum was not run) and the run's ratio to it."""
+    optimum = {(r.zones, r.start_tick): r.cost for r in runs if r.policy == "optimal"}
+    with path.open("w") as out:
+        for r in runs:
+            opt = optimum.get((r.zones, r.start_tick))
+            out.write(json.dumps({
+                "zones": "+".join(r.zones) or "all", "policy": r.policy, "start_tick": r.start_tick,
+                "cost": round(r.cost, 6), "optimal_cost": None if opt is None else round(opt, 6),
+                "ratio": round(r.cost / opt, 6) if opt else None, "missed": r.missed,
+                "spot_share": None if r.spot_share != r.spot_share else round(r.spot_share, 4),
+                "interruptions": r.interruptions,
+            }) + "\n")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", nargs="+", required=True, help="trace directories or files (one multi-zone set)")
@@ -127,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
     parser.add_argument("--max-subsets", type=int, default=0,
                         help="with --subsets: an evenly spaced sample of at most this many subsets (0: all)")  # fmt: skip
+    parser.add_argument("--runs-out", type=Path, default=None,
+                        help="also write every run as a JSON line to this file (for bench/compare_runs.py)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.hazard_prior == HELD_OUT:
         try:
@@ -160,12 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in policies
         for t in ticks
     ]
-    if args.processes > 1:
-        with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
-            runs = list(pool.map(_one, tasks, chunksize=1))
-    else:
-        runs = [_one(task) for task in tasks]
-
+    runs = run_all(tasks, args, chunksize=1)
     optimum = {r.start_tick: r.cost for r in runs if r.policy == "optimal"}
     optimal_mean = statistics.fmean(optimum.values())
     zones = ", ".join(z.zone for z in _TRACES.zones)
@@ -247,12 +300,12 @@ def subset_list(zones: list[str], k: int, limit: int = 0) -> list[tuple[str, ...
 
 def summarize_subsets(runs: list[Run], policies: list[str]) -> dict[str, dict[str, float | int]]:
     """Per policy: mean over subsets of (mean cost / optimum's mean cost), the
-    worst subset's ratio, the worst single start's ratio and the misses."""
+    worst subset's ratio and zones, the worst single start's ratio and the misses."""
     optimum = {(r.zones, r.start_tick): r.cost for r in runs if r.policy == "optimal"}
     subsets = sorted({r.zones for r in runs})
-    out: dict[str, dict[str, float | int]] = {}
+    out: dict[str, dict[str, float | int | str]] = {}
     for policy in policies:
-        ratios = []
+        ratios: list[tuple[float, tuple[str, ...]]] = []
         worst_start = 0.0
         misses = 0
         n = 0
@@ -262,16 +315,17 @@ def summarize_subsets(runs: list[Run], policies: list[str]) -> dict[str, dict[st
                 continue
             n += len(mine)
             opt = statistics.fmean(optimum[(zones, r.start_tick)] for r in mine)
-            ratios.append(statistics.fmean(r.cost for r in mine) / opt)
+            ratios.append((statistics.fmean(r.cost for r in mine) / opt, zones))
             misses += sum(r.missed for r in mine)
             for r in mine:
                 o = optimum[(zones, r.start_tick)]
                 if o > 0:
                     worst_start = max(worst_start, r.cost / o)
+        worst_ratio, worst_zones = max(ratios)
         out[policy] = {
-            "subsets": len(ratios), "runs": n, "mean_ratio": round(statistics.fmean(ratios), 4),
-            "worst_subset_ratio": round(max(ratios), 4), "worst_start_ratio": round(worst_start, 4),
-            "deadline_misses": misses,
+            "subsets": len(ratios), "runs": n, "mean_ratio": round(statistics.fmean(r for r, _ in ratios), 4),
+            "worst_subset_ratio": round(worst_ratio, 4), "worst_subset": "+".join(worst_zones) or "all",
+            "worst_start_ratio": round(worst_start, 4), "deadline_misses": misses,
         }  # fmt: skip
     return out
 
@@ -294,11 +348,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
                               args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours,
                               args.hazard_prior))  # fmt: skip
-    if args.processes > 1:
-        with ProcessPoolExecutor(args.processes, initializer=_init, initargs=(args.traces, args.align)) as pool:
-            runs = list(pool.map(_one, tasks, chunksize=4))
-    else:
-        runs = [_one(task) for task in tasks]
+    runs = run_all(tasks, args, chunksize=4)
     total = len(list(itertools.combinations(names, args.subsets)))
     print(f"traces: {', '.join(args.traces)} ({len(names)} zones); {len(subsets)} of {total} "
           f"{args.subsets}-zone subsets, {args.starts} starts each")  # fmt: skip
@@ -307,13 +357,14 @@ def _main_subsets(args: argparse.Namespace) -> int:
     summary = summarize_subsets(runs, policies)
     header = (
         f"{'policy':<18}{'subsets':>8}{'runs':>6}{'mean ratio':>12}{'worst subset':>14}{'worst start':>13}{'misses':>8}"
+        "  worst subset's zones"
     )
     print(header)
     print("-" * len(header))
     for policy in policies:
         s = summary[policy]
         print(f"{policy:<18}{s['subsets']:>8}{s['runs']:>6}{s['mean_ratio']:>12.3f}{s['worst_subset_ratio']:>14.3f}"
-              f"{s['worst_start_ratio']:>13.3f}{s['deadline_misses']:>8}")  # fmt: skip
+              f"{s['worst_start_ratio']:>13.3f}{s['deadline_misses']:>8}  {s['worst_subset']}")  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for policy in policies:
         print(json.dumps({

@@ -80,9 +80,17 @@ def test_hazard_prior_is_passed_to_spotfleet_and_recorded(tmp_path: Path, capsys
         lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
         return next(d for d in lines if d["policy"] == "spotfleet")
 
-    default, flaky = spotfleet_line(), spotfleet_line("--hazard-prior", "20")
+    before, after = tmp_path / "default.jsonl", tmp_path / "flaky.jsonl"
+    default = spotfleet_line("--runs-out", str(before))
+    flaky = spotfleet_line("--hazard-prior", "20", "--runs-out", str(after))
     assert default["hazard_prior"] is None and flaky["hazard_prior"] == 20.0
     assert flaky["mean_ratio"] != default["mean_ratio"]  # 20 reclaims/h expected: it plans otherwise
+    # the two runs files, compared start by start, give the bench's own ratios back
+    assert compare_bench().main([str(before), str(after), "--policy", "spotfleet"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["runs"] == 2 and line["dearer"] + line["cheaper"] >= 1
+    assert line["mean_ratio_before"] == pytest.approx(default["mean_ratio"], abs=1e-4)
+    assert line["mean_ratio_after"] == pytest.approx(flaky["mean_ratio"], abs=1e-4)
     with pytest.raises(SystemExit) as bad:
         bench().main([*argv, "--hazard-prior", "0"])
     assert bad.value.code == 2 and "--hazard-prior 0: give interruptions per instance-hour" in capsys.readouterr().err
@@ -158,3 +166,99 @@ def test_checkpoint_gb_and_the_ups_baseline_as_the_readme_runs_them(
     assert set(by) == {"optimal", "greedy", "ups"}
     assert all(d["checkpoint_gb"] == 50.0 for d in lines)
     assert by["ups"]["mean_ratio"] >= 1.0 - 1e-9 and by["ups"]["deadline_misses"] == 0
+
+
+def compare_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compare_runs", ROOT / "bench" / "compare_runs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["compare_runs"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_runs_out_writes_every_run_and_names_the_worst_subset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--runs-out``: one JSON line per run with the optimum's cost on the same
+    start; the summary's mean and worst subset are those of the file's runs, and
+    the worst subset is named. Progress goes to stderr, ending at the last run."""
+    traces = write_traces(tmp_path / "traces")
+    runs_file = tmp_path / "runs.jsonl"
+    argv = ["--traces", str(traces), "--subsets", "2", "--starts", "2", "--work-hours", "4", "--deadline-hours", "8",
+            "--policies", "greedy", "spotfleet", "--runs-out", str(runs_file)]  # fmt: skip
+    assert bench().main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines()[-1].startswith("runs 18/18, ")  # 3 subsets × 3 policies × 2 starts
+    rows = [json.loads(line) for line in runs_file.read_text().splitlines()]
+    assert len(rows) == 18 and {r["policy"] for r in rows} == {"optimal", "greedy", "spotfleet"}
+    assert {r["zones"] for r in rows} == {"us-east-1a+us-east-1b", "us-east-1a+us-west-2a", "us-east-1b+us-west-2a"}
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["cost"] / r["optimal_cost"], rel=1e-5)
+        if r["policy"] == "optimal":
+            assert r["ratio"] == pytest.approx(1.0) and r["spot_share"] is None
+    summary = {d["policy"]: d for d in (json.loads(x) for x in captured.out.splitlines() if x.startswith("{"))}
+    for policy in ("greedy", "spotfleet"):
+        by_subset: dict[str, float] = {}
+        for zones in {r["zones"] for r in rows}:
+            mine = [r for r in rows if r["policy"] == policy and r["zones"] == zones]
+            by_subset[zones] = sum(r["cost"] for r in mine) / sum(r["optimal_cost"] for r in mine)
+        worst = max(by_subset, key=lambda z: by_subset[z])
+        assert summary[policy]["worst_subset"] == worst
+        assert summary[policy]["worst_subset_ratio"] == pytest.approx(by_subset[worst], abs=1e-4)
+        assert summary[policy]["mean_ratio"] == pytest.approx(sum(by_subset.values()) / 3, abs=1e-4)
+        assert worst in captured.out  # the table names it too
+
+
+def _write_runs(path: Path, rows: list[tuple[str, str, int, float, float | None, bool]]) -> Path:
+    path.write_text("".join(
+        json.dumps({"zones": z, "policy": p, "start_tick": t, "cost": c, "optimal_cost": o, "missed": m}) + "\n"
+        for z, p, t, c, o, m in rows
+    ))  # fmt: skip
+    return path
+
+
+def test_compare_runs_counts_dearer_and_cheaper_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _write_runs(tmp_path / "before.jsonl", [
+        ("a+b", "spotfleet", 0, 10.0, 8.0, False), ("a+b", "spotfleet", 5, 12.0, 10.0, False),
+        ("a+c", "spotfleet", 0, 20.0, 10.0, False), ("a+c", "greedy", 0, 30.0, 10.0, False),
+        ("b+c", "spotfleet", 0, 9.0, 9.0, False),  # only in before: not compared
+    ])  # fmt: skip
+    after = _write_runs(tmp_path / "after.jsonl", [
+        ("a+b", "spotfleet", 0, 9.0, 8.0, False), ("a+b", "spotfleet", 5, 12.00001, 10.0, False),
+        ("a+c", "spotfleet", 0, 25.0, 10.0, True), ("a+c", "greedy", 0, 30.0, 10.0, False),
+    ])  # fmt: skip
+    cmp = compare_bench()
+    assert cmp.main([str(before), str(after), "--policy", "spotfleet", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 runs in both files: 1 dearer, 1 cheaper, 1 unchanged" in out
+    assert "a+c spotfleet 0: $20.00 → $25.00 (+5.00)" in out
+    line = json.loads(out.strip().splitlines()[-1])
+    assert line["total_before"] == pytest.approx(42.0) and line["total_after"] == pytest.approx(46.00001)
+    # subset ratios: a+b 22/18 → 21.00001/18, a+c 2.0 → 2.5
+    assert line["mean_ratio_before"] == pytest.approx((22 / 18 + 2.0) / 2, abs=1e-4)
+    assert line["worst_subset_after"] == pytest.approx(2.5) and (line["misses_before"], line["misses_after"]) == (0, 1)
+    assert cmp.main([str(before), str(after)]) == 0  # every policy: greedy's start is unchanged
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"] == 4
+
+
+def test_compare_runs_rejects_what_it_cannot_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cmp = compare_bench()
+    good = _write_runs(tmp_path / "good.jsonl", [("a", "spotfleet", 0, 1.0, None, False)])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"zones": "a", "policy": "spotfleet", "start_tick": 0, "cost": 1.0, "missed": False})
+                   + "\n{\"zones\": \"a\"}\n")  # fmt: skip
+    with pytest.raises(SystemExit) as err:
+        cmp.main([str(good), str(bad)])
+    assert err.value.code == 2 and f"{bad}:2: not a run of bench/policy_cost.py --runs-out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cmp.main([str(good), str(tmp_path / "missing.jsonl")])
+    assert "cannot read" in capsys.readouterr().err
+    assert cmp.main([str(good), str(good), "--policy", "greedy"]) == 1
+    assert "no run is in both files for policy 'greedy'" in capsys.readouterr().err
+    assert cmp.main([str(good), str(good)]) == 0  # no optimum costs: ratios are unknown, not made up
+    out = capsys.readouterr().out
+    assert "mean subset ratio — → —" in out and json.loads(out.strip().splitlines()[-1])["mean_ratio_before"] is None
+    with pytest.raises(SystemExit) as help_:
+        cmp.main(["--help"])
+    assert help_.value.code == 0 and "--runs-out" in capsys.readouterr().out
