@@ -5,7 +5,10 @@ restart and every wait for capacity; when the slack is gone, the rest of the
 work runs on on-demand. So an hour of slack spent now is worth, in
 expectation, the on-demand premium of the hour it may later force:
 
-    value per hour of slack  v = P(slack runs out) × (on-demand − spot price)
+    value per hour of slack  v = P(slack runs out) × (on-demand − spot price) × k
+
+with ``k`` the hours of spot an hour of slack buys once it is short
+(``attempts_per_slack_hour``, at least 1, below).
 
 ``outlook`` estimates ``P(slack runs out)`` from the job's own numbers and the
 learned market, as a compound Poisson sum (no constants fitted to a trace):
@@ -28,6 +31,16 @@ pressure ``p``. Callers weigh actions by it:
   they keep spot usable later instead of forcing a final on-demand stretch;
 - a move between pools or markets costs its restart in slack, ``d × v``.
 
+What an hour of slack is worth once it binds: not one hour of on-demand at
+the end, but the spot attempts it would have paid for. Each attempt (a
+return or a start on spot) spends ``d`` plus what its reclaim costs
+(``d + q·m``), and buys the usable part of a spot run, ``e^{−λd}/λ`` (at most
+the work left). So an hour of slack is worth ``k = max(1, usable run /
+slack per attempt)`` hours of the premium: a move that spends slack on a pool
+no better than the market's average run then does not pay, since the same
+slack buys an average run later. With spot runs shorter than an attempt's
+cost, ``k`` is 1 (an hour of slack is an hour of on-demand at the end).
+
 Design choice: a normal approximation of a compound Poisson is crude in the
 tails, but the decision it drives only compares ``p`` to ½ and prices
 restarts, where the mean and spread are what matter.
@@ -49,7 +62,7 @@ class SlackOutlook:
     need_mean_h: float  # expected slack a spot-only path still spends
     need_sd_h: float
     pressure: float  # P(need > spendable)
-    value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes
+    value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes × attempts it buys
     reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
 
@@ -90,7 +103,18 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h), cost1, m)
+    k = attempts_per_slack_hour(lam, d, cost1, work_left_h)
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m)
+
+
+def attempts_per_slack_hour(hazard_per_h: float, restart_h: float, reclaim_cost_h: float, work_left_h: float) -> float:
+    """Hours of spot one hour of slack buys once the slack binds (at least 1; module
+    docstring): the usable run ``e^{−λd}/λ`` (at most the work left) over the slack
+    one attempt spends, its restart plus its reclaim's cost."""
+    work = max(0.0, work_left_h)
+    usable = min(work, math.exp(-hazard_per_h * restart_h) / hazard_per_h) if hazard_per_h > 0 else work
+    per_attempt = restart_h + reclaim_cost_h
+    return max(1.0, usable / per_attempt) if per_attempt > 0 else 1.0
 
 
 def return_to_spot_pays(

@@ -6,7 +6,7 @@ import math
 
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, PRIOR_UP_RUN_H, SpotSupply, remaining_life
-from spotfleet.policies.slack import outlook, return_to_spot_pays
+from spotfleet.policies.slack import attempts_per_slack_hour, outlook, return_to_spot_pays
 
 ALWAYS = SpotSupply(availability=1.0, mean_up_h=10.0, mean_down_h=0.0)
 
@@ -21,7 +21,23 @@ def test_need_is_a_compound_poisson_of_restarts_and_waits() -> None:
     o2 = outlook(spendable_h=10.0, work_left_h=40.0, hazard_per_h=0.3, supply=flaky, restart_h=0.2, premium_per_h=60.0)
     assert math.isclose(o2.reclaim_cost_h, 0.2 + 0.5 * 1.0) and math.isclose(o2.need_mean_h, 12 * 0.7)
     assert 0.2 < o2.pressure < 0.5  # 8.4 ± 3 h against 10 h
-    assert math.isclose(o2.value_per_h, o2.pressure * 60.0)  # an hour of slack: P(runs out) × premium
+    # an hour of slack: P(runs out) × premium × the spot it buys: runs of e^{-0.06}/0.3 = 3.14 h usable
+    # for 0.2 + 0.7 h of slack per attempt
+    assert math.isclose(o2.value_per_h, o2.pressure * 60.0 * math.exp(-0.06) / 0.3 / 0.9)
+
+
+def test_an_hour_of_short_slack_is_worth_the_spot_attempts_it_buys() -> None:
+    """``attempts_per_slack_hour``: once the slack binds, an hour of it pays for
+    spot attempts, each a usable run against its restart and reclaim; never less
+    than the hour of on-demand it saves at the end."""
+    assert math.isclose(attempts_per_slack_hour(0.5, 0.2, 0.2, 40.0), math.exp(-0.1) / 0.5 / 0.4)  # 1.81 h per 0.4 h
+    assert attempts_per_slack_hour(0.5, 0.2, 0.2, 1.0) == 1.0 / 0.4  # the run is capped by the work left
+    assert attempts_per_slack_hour(6.0, 0.2, 0.2, 40.0) == 1.0  # runs shorter than an attempt's cost: floor 1
+    assert attempts_per_slack_hour(0.0, 0.2, 0.2, 8.0) == 8.0 / 0.4  # no reclaims known: the work left
+    assert attempts_per_slack_hour(0.5, 0.0, 0.0, 8.0) == 1.0  # attempts cost no slack: an hour is an hour
+    short = outlook(spendable_h=0.5, work_left_h=40.0, hazard_per_h=0.5, supply=ALWAYS, restart_h=0.2,
+                    premium_per_h=10.0)  # fmt: skip
+    assert short.pressure > 0.99 and math.isclose(short.value_per_h, short.pressure * 10.0 * math.exp(-0.1) / 0.5 / 0.4)
 
 
 def test_pressure_grows_as_the_slack_shrinks() -> None:
