@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import statistics
 import sys
 import time
@@ -151,7 +152,7 @@ def write_runs(path: Path, runs: list[Run]) -> None:
                 "zones": "+".join(r.zones) or "all", "policy": r.policy, "start_tick": r.start_tick,
                 "cost": round(r.cost, 6), "optimal_cost": None if opt is None else round(opt, 6),
                 "ratio": round(r.cost / opt, 6) if opt else None, "missed": r.missed,
-                "spot_share": None if r.spot_share != r.spot_share else round(r.spot_share, 4),
+                "spot_share": None if math.isnan(r.spot_share) else round(r.spot_share, 4),
                 "interruptions": r.interruptions,
             }) + "\n")  # fmt: skip
 
@@ -298,7 +299,7 @@ def subset_list(zones: list[str], k: int, limit: int = 0) -> list[tuple[str, ...
     return every
 
 
-def summarize_subsets(runs: list[Run], policies: list[str]) -> dict[str, dict[str, float | int]]:
+def summarize_subsets(runs: list[Run], policies: list[str]) -> dict[str, dict[str, float | int | str]]:
     """Per policy: mean over subsets of (mean cost / optimum's mean cost), the
     worst subset's ratio and zones, the worst single start's ratio and the misses."""
     optimum = {(r.zones, r.start_tick): r.cost for r in runs if r.policy == "optimal"}

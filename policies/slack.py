@@ -3,12 +3,12 @@
 A deadline job on spot spends *slack* (time left minus work left) on every
 restart and every wait for capacity; when the slack is gone, the rest of the
 work runs on on-demand. So an hour of slack spent now is worth, in
-expectation, the on-demand premium of the hour it may later force:
+expectation, the on-demand premium of the spot hours it would have bought:
 
     value per hour of slack  v = P(slack runs out) × (on-demand − spot price) × k
 
 with ``k`` the hours of spot an hour of slack buys once it is short
-(``attempts_per_slack_hour``, at least 1, below).
+(``spot_hours_per_slack_hour``, at least 1, below).
 
 ``outlook`` estimates ``P(slack runs out)`` from the job's own numbers and the
 learned market, as a compound Poisson sum (no constants fitted to a trace):
@@ -103,14 +103,19 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    k = attempts_per_slack_hour(lam, d, cost1, work_left_h)
+    k = spot_hours_per_slack_hour(lam, d, cost1, work_left_h)
     return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m)
 
 
-def attempts_per_slack_hour(hazard_per_h: float, restart_h: float, reclaim_cost_h: float, work_left_h: float) -> float:
+def spot_hours_per_slack_hour(
+    hazard_per_h: float, restart_h: float, reclaim_cost_h: float, work_left_h: float
+) -> float:
     """Hours of spot one hour of slack buys once the slack binds (at least 1; module
     docstring): the usable run ``e^{−λd}/λ`` (at most the work left) over the slack
-    one attempt spends, its restart plus its reclaim's cost."""
+    one attempt spends, its restart plus its reclaim's cost.
+
+    The usable run is ``market.useful_fraction(λ, d) / λ``; it is written out here
+    because ``market`` imports this module."""
     work = max(0.0, work_left_h)
     usable = min(work, math.exp(-hazard_per_h * restart_h) / hazard_per_h) if hazard_per_h > 0 else work
     per_attempt = restart_h + reclaim_cost_h

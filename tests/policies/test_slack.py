@@ -6,7 +6,7 @@ import math
 
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, PRIOR_UP_RUN_H, SpotSupply, remaining_life
-from spotfleet.policies.slack import attempts_per_slack_hour, outlook, return_to_spot_pays
+from spotfleet.policies.slack import outlook, return_to_spot_pays, spot_hours_per_slack_hour
 
 ALWAYS = SpotSupply(availability=1.0, mean_up_h=10.0, mean_down_h=0.0)
 
@@ -27,14 +27,14 @@ def test_need_is_a_compound_poisson_of_restarts_and_waits() -> None:
 
 
 def test_an_hour_of_short_slack_is_worth_the_spot_attempts_it_buys() -> None:
-    """``attempts_per_slack_hour``: once the slack binds, an hour of it pays for
+    """``spot_hours_per_slack_hour``: once the slack binds, an hour of it pays for
     spot attempts, each a usable run against its restart and reclaim; never less
     than the hour of on-demand it saves at the end."""
-    assert math.isclose(attempts_per_slack_hour(0.5, 0.2, 0.2, 40.0), math.exp(-0.1) / 0.5 / 0.4)  # 1.81 h per 0.4 h
-    assert attempts_per_slack_hour(0.5, 0.2, 0.2, 1.0) == 1.0 / 0.4  # the run is capped by the work left
-    assert attempts_per_slack_hour(6.0, 0.2, 0.2, 40.0) == 1.0  # runs shorter than an attempt's cost: floor 1
-    assert attempts_per_slack_hour(0.0, 0.2, 0.2, 8.0) == 8.0 / 0.4  # no reclaims known: the work left
-    assert attempts_per_slack_hour(0.5, 0.0, 0.0, 8.0) == 1.0  # attempts cost no slack: an hour is an hour
+    assert math.isclose(spot_hours_per_slack_hour(0.5, 0.2, 0.2, 40.0), math.exp(-0.1) / 0.5 / 0.4)  # 1.81 h per 0.4 h
+    assert spot_hours_per_slack_hour(0.5, 0.2, 0.2, 1.0) == 1.0 / 0.4  # the run is capped by the work left
+    assert spot_hours_per_slack_hour(6.0, 0.2, 0.2, 40.0) == 1.0  # runs shorter than an attempt's cost: floor 1
+    assert spot_hours_per_slack_hour(0.0, 0.2, 0.2, 8.0) == 8.0 / 0.4  # no reclaims known: the work left
+    assert spot_hours_per_slack_hour(0.5, 0.0, 0.0, 8.0) == 1.0  # attempts cost no slack: an hour is an hour
     short = outlook(spendable_h=0.5, work_left_h=40.0, hazard_per_h=0.5, supply=ALWAYS, restart_h=0.2,
                     premium_per_h=10.0)  # fmt: skip
     assert short.pressure > 0.99 and math.isclose(short.value_per_h, short.pressure * 10.0 * math.exp(-0.1) / 0.5 / 0.4)
