@@ -493,12 +493,14 @@ def _location_ok(req: NodeRequirements, o: Offering) -> bool:
 
 
 def egress_cost(econ: Economics, offering: Offering, *, index: OfferingIndex | None, knobs: Knobs) -> float:
-    """One-off USD to move the job's dataset to ``offering``'s region."""
+    """One-off USD to move the job's dataset to ``offering``'s region, at the
+    rate ``move_rate_per_gib`` charges checkpoints. The dataset names a region,
+    not a cloud: it counts as ``offering``'s cloud when that cloud has the region."""
     if econ.dataset_region is None or econ.dataset_gib <= 0 or econ.dataset_region == offering.region:
         return 0.0
     same_cloud = index is not None and econ.dataset_region in index.regions_of.get(offering.provider, ())
-    rate = knobs.egress_inter_region_per_gib if same_cloud else knobs.egress_internet_per_gib
-    return econ.dataset_gib * rate
+    source = (offering.provider if same_cloud else "", econ.dataset_region)
+    return econ.dataset_gib * move_rate_per_gib(source, offering, knobs)
 
 
 def move_rate_per_gib(src: tuple[str, str], dst: Offering, knobs: Knobs) -> float:

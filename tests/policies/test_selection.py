@@ -11,7 +11,7 @@ from spotfleet.policies import throughput
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY
-from spotfleet.policies.selection import OfferingIndex, economics_of, rank
+from spotfleet.policies.selection import OfferingIndex, economics_of, egress_cost, rank
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
@@ -146,6 +146,23 @@ def test_data_locality_adds_egress_cost() -> None:
     assert [s.offering for s in table] == [near, far]
     assert table[1].egress_per_hour == pytest.approx(5.0)
     assert table[1].cost_per_work == pytest.approx((0.90 + 5.0) / speed)
+
+
+def test_dataset_in_another_cloud_pays_internet_egress() -> None:
+    """A dataset region that the offering's cloud does not have is another cloud's:
+    moving it pays internet egress, not the inter-region rate."""
+    aws_near = offering("g5.xlarge", "A10G", 1, 1.00, region="us-east-1", zone="use1-az1")
+    aws_far = offering("g5.xlarge", "A10G", 1, 1.00, region="us-west-2", zone="usw2-az1")
+    gcp = offering("g2-standard-4", "A10G", 1, 1.00, provider="gcp", region="us-central1", zone="us-central1-a")
+    knobs = Knobs()
+    f = Forecast()
+    index = OfferingIndex([aws_near, aws_far, gcp], forecast=f)
+    econ = economics_of(job("j1", expected_duration="1h", dataset={"region": "us-east-1", "size_gib": 100}), f, knobs)
+    assert egress_cost(econ, aws_near, index=index, knobs=knobs) == 0.0
+    assert egress_cost(econ, aws_far, index=index, knobs=knobs) == pytest.approx(
+        100 * knobs.egress_inter_region_per_gib
+    )
+    assert egress_cost(econ, gcp, index=index, knobs=knobs) == pytest.approx(100 * knobs.egress_internet_per_gib)
 
 
 def test_throughput_override_and_learned_figures() -> None:
