@@ -11,9 +11,10 @@ For one node-shape of a job on offering ``o``::
   number of like jobs waiting), so a lone 1-GPU job pays for a whole 8-GPU box
   while eight of them share it: with ``fill·gpu_units = gpu_count`` this is
   the issue's ``price / (throughput × gpus) × (1 + overhead)``.
-- ``hazard`` is interruptions per instance-hour (``forecast.Forecast.hazard``:
-  0 on-demand, a trace-derived prior updated by history for spot); a gang is
-  interrupted when any of its ``nodes`` is.
+- ``hazard`` is interruptions per instance-hour (``pool_reclaim_rate``: 0
+  on-demand; for spot the larger of a trace-derived prior updated by our own
+  reclaims and one over the expected rest of the pool's current available
+  run); a gang is interrupted when any of its ``nodes`` is.
 - ``lost_work_h`` is half the checkpoint interval (the expected distance to the
   last checkpoint), or half the job's expected duration when it does not
   checkpoint; ``restart_delay_h`` is the knob of that name.
@@ -350,7 +351,7 @@ class OfferingIndex:
         for o in offerings:
             self.by_type.setdefault((o.provider, o.instance_type), []).append(o)
             self.regions_of.setdefault(o.provider, set()).add(o.region)
-            self.hazard[id(o)] = forecast.hazard(o)
+            self.hazard[id(o)] = pool_reclaim_rate(forecast, o)
             if self._usable(o):
                 self.usable_ids.add(id(o))
         self._type_ok: dict[tuple[Shape, str, str], str | None] = {}
@@ -361,7 +362,7 @@ class OfferingIndex:
 
     def hazard_of(self, offering: Offering) -> float:
         found = self.hazard.get(id(offering))
-        return found if found is not None else self.forecast.hazard(offering)
+        return found if found is not None else pool_reclaim_rate(self.forecast, offering)
 
     def _usable(self, offering: Offering) -> bool:
         if not offering.available:
@@ -490,6 +491,25 @@ def _location_ok(req: NodeRequirements, o: Offering) -> bool:
     if req.regions and o.region not in req.regions:
         return False
     return req.max_price_per_hour is None or o.price_per_hour <= req.max_price_per_hour
+
+
+def pool_reclaim_rate(forecast: Forecast, offering: Offering) -> float:
+    """A pool's reclaim rate, for ranking it and for moves to or from it: the
+    larger of the learned hazard (reclaims of our own instances,
+    ``Forecast.hazard``: slow to learn, ``PRIOR_STRENGTH_HOURS`` of prior) and
+    one over the expected rest of the pool's current available run, from the
+    runs observed every step and the run's age (``SpotSupply.remaining_up_h``:
+    a run of availability is how long a spot instance there lives). The
+    pessimistic one, because a placement is paid before its benefit: a cheap
+    pool that comes back for minutes between blips is priced by its blips, not
+    by the few reclaims our instances have had there (before this the ranking
+    read only those, and sent a requeued job back into such a pool at every
+    reclaim). 0 on on-demand."""
+    learned = forecast.hazard(offering)
+    if offering.market is not Market.SPOT:
+        return learned
+    life = forecast.pool_supply(offering).remaining_up_h
+    return max(learned, 1.0 / life if life > 0 else 0.0)
 
 
 def egress_cost(econ: Economics, offering: Offering, *, index: OfferingIndex | None, knobs: Knobs) -> float:

@@ -156,7 +156,7 @@ class SpotfleetPolicy:
         """Why spot is not worth taking for a deadline job of this shape now, or
         None (``market.spot_worth``): the spot offering class with the least
         expected cost per unit of table work (its cheapest usable member, its
-        ``pool_hazard``) against the best on-demand class. With a ``slack``
+        ``OfferingIndex.hazard_of``) against the best on-demand class. With a ``slack``
         outlook each expected reclaim also spends slack (``reclaim_cost_h`` at
         ``value_per_h``, ``policies/slack.py``), added to the spot price: when
         the slack is short and the pools flap, spot's restarts cost more than
@@ -173,7 +173,7 @@ class SpotfleetPolicy:
         for c in index.classes(shape, SPOT_ONLY):
             if not (c.per and c.speed):
                 continue
-            hazard = max(c.hazard, pool_hazard(index, c.members[0]))
+            hazard = c.hazard
             price = (c.members[0].price_per_hour + hazard * per_reclaim) / (c.per * c.speed)
             candidate = SpotOffer(price, hazard * shape.nodes)
             cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
@@ -229,13 +229,13 @@ class SpotfleetPolicy:
             return None  # the pool is gone from the offerings: the reclaim path handles it
         remaining = max(0.0, hours - progress_hours(job, hours))
         slack = self.slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False,
-                                    hazard=pool_hazard(index, current) * shape.nodes)  # fmt: skip
+                                    hazard=index.hazard_of(current) * shape.nodes)  # fmt: skip
         egress = checkpoint_egress(job, current, best.offering, self.knobs)
         gain = migration_gain(
             current_price=current.price_per_hour * shape.nodes,
-            current_hazard=pool_hazard(index, current) * shape.nodes,
+            current_hazard=index.hazard_of(current) * shape.nodes,
             new_price=best.offering.price_per_hour * shape.nodes,
-            new_hazard=pool_hazard(index, best.offering) * shape.nodes,
+            new_hazard=index.hazard_of(best.offering) * shape.nodes,
             remaining_h=remaining,
             restart_h=t.restart,
             slack_value_per_h=slack.value_per_h if slack else 0.0,
@@ -512,7 +512,7 @@ class MarketView:
 
     spot_price: float
     on_demand_price: float
-    hazard: float  # of the pool's current run, given its age (``pool_hazard``): for a move now
+    hazard: float  # of the pool's current run, given its age (``selection.pool_reclaim_rate``): for a move now
     supply: SpotSupply
     long_run_hazard: float = 0.0  # the pool's average reclaim rate: for the slack outlook over the work left
 
@@ -539,7 +539,7 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
         long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
         view = MarketView(
-            cheapest.price_per_hour, min(o.price_per_hour for o in od), pool_hazard(index, cheapest), supply, long_run
+            cheapest.price_per_hour, min(o.price_per_hour for o in od), index.hazard_of(cheapest), supply, long_run
         )
     cache[shape] = view
     return view
@@ -573,19 +573,6 @@ def slack_pace(job: Job, *, now: datetime, expected_hours: float, ahead_h: float
         return None
     slack = left - max(0.0, expected_hours - progress_hours(job, expected_hours))
     return slack - (window - expected_hours) * max(0.0, left - ahead_h) / window
-
-
-def pool_hazard(index: OfferingIndex, offering: Offering) -> float:
-    """A spot pool's reclaim rate for decisions about moving to or from it: the
-    larger of the learned hazard (reclaims of our instances, ``Forecast.hazard``:
-    slow to learn, ``PRIOR_STRENGTH_HOURS`` of prior) and one over the expected
-    rest of the pool's current available run, from the run lengths observed
-    every step and its age (``SpotSupply.remaining_up_h``: a run of
-    availability is how long a spot instance there lives). The pessimistic
-    one, because a move is paid before its benefit."""
-    supply = index.forecast.pool_supply(offering)
-    life = supply.remaining_up_h
-    return max(index.hazard_of(offering), 1.0 / life if life > 0 else 0.0)
 
 
 def checkpoint_egress(job: Job, current: Offering, new: Offering, knobs: Knobs) -> float:

@@ -7,11 +7,12 @@ import math
 import pytest
 
 from spotfleet.model.offering import Market
+from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies import throughput
 from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY
-from spotfleet.policies.selection import OfferingIndex, economics_of, egress_cost, rank
+from spotfleet.policies.selection import OfferingIndex, economics_of, egress_cost, pool_reclaim_rate, rank
 from spotfleet.policies.shape import shape_of
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
@@ -193,3 +194,29 @@ def test_unavailable_pool_is_skipped_and_next_best_is_bought() -> None:
     (launch,) = launches(SpotfleetPolicy().decide(snap))
     assert launch.offering is best
     assert launch.alternatives == (second,)
+
+
+def test_a_cheap_pool_that_flaps_loses_to_a_steady_one() -> None:
+    """The ranking prices a spot pool by its blips, not only by our own reclaims
+    there: a pool whose runs last minutes is worse than a steadier one at 12 %
+    more, though neither has reclaimed one of our instances yet."""
+    flappy = offering("g5.xlarge", "A10G", 1, 0.80, market=Market.SPOT, on_demand=3.0, zone="use1-az1")
+    steady = offering("g5.xlarge", "A10G", 1, 0.90, market=Market.SPOT, on_demand=3.0, zone="use1-az2")
+    od = offering("g5.xlarge", "A10G", 1, 3.00)
+    j = job("j1", expected_duration="12h", checkpoint={"interval": "10m"})
+    # ten runs of 18 min, the pool just back up: the rest of its run is (2.9 + 10 × 0.3) / 11 h
+    seen_flappy = PoolAvailability(flappy.key, up_hours=3.0, down_hours=1.0, ended_runs=10,
+                                   recent_runs_h=(0.3,) * 10, up_for_h=0.0)  # fmt: skip
+    seen_steady = PoolAvailability(steady.key, up_hours=45.0, down_hours=1.0, ended_runs=2,
+                                   recent_runs_h=(20.0, 20.0), up_for_h=5.0)  # fmt: skip
+    blind = snapshot(jobs=[j], offerings=[flappy, steady, od])
+    (launch,) = launches(SpotfleetPolicy().decide(blind))
+    assert launch.offering is flappy  # nothing observed: both carry the AWS prior, the cheaper wins
+    seen = snapshot(jobs=[j], offerings=[flappy, steady, od])
+    seen.availability = (seen_flappy, seen_steady)
+    (launch,) = launches(SpotfleetPolicy().decide(seen))
+    assert launch.offering is steady
+    f = Forecast.from_history(availability=seen.availability)
+    assert pool_reclaim_rate(f, flappy) == pytest.approx(11 / (2.9 + 3.0))
+    assert pool_reclaim_rate(f, steady) == pytest.approx(0.468)  # its runs outlast the prior's 1/0.468 h
+    assert pool_reclaim_rate(f, od) == 0.0
