@@ -156,7 +156,7 @@ class SpotfleetPolicy:
         """Why spot is not worth taking for a deadline job of this shape now, or
         None (``market.spot_worth``): the spot offering class with the least
         expected cost per unit of table work (its cheapest usable member, its
-        ``OfferingIndex.hazard_of``) against the best on-demand class. With a ``slack``
+        ``selection.pool_reclaim_rate``) against the best on-demand class. With a ``slack``
         outlook each expected reclaim also spends slack (``reclaim_cost_h`` at
         ``value_per_h``, ``policies/slack.py``), added to the spot price: when
         the slack is short and the pools flap, spot's restarts cost more than
@@ -173,9 +173,8 @@ class SpotfleetPolicy:
         for c in index.classes(shape, SPOT_ONLY):
             if not (c.per and c.speed):
                 continue
-            hazard = c.hazard
-            price = (c.members[0].price_per_hour + hazard * per_reclaim) / (c.per * c.speed)
-            candidate = SpotOffer(price, hazard * shape.nodes)
+            price = (c.members[0].price_per_hour + c.hazard * per_reclaim) / (c.per * c.speed)
+            candidate = SpotOffer(price, c.hazard * shape.nodes)
             cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
             if cost < best:
                 best, offer = cost, candidate
@@ -514,7 +513,10 @@ class MarketView:
     on_demand_price: float
     hazard: float  # of the pool's current run, given its age (``selection.pool_reclaim_rate``): for a move now
     supply: SpotSupply
-    long_run_hazard: float = 0.0  # the pool's average reclaim rate: for the slack outlook over the work left
+    # for the slack outlook over the work left: the larger of ``hazard`` and one over the
+    # pool's mean up run. ``hazard`` is the age-aware rate, so just after a blip this is
+    # higher than the pool's average; the figures in docs/simulator.md are measured with it
+    long_run_hazard: float = 0.0
 
 
 def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
@@ -537,10 +539,9 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         cheapest = min(usable or spot, key=lambda o: o.price_per_hour)
         supply = max((index.forecast.market_supply(o) for o in spot), key=lambda s: s.availability)
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
-        long_run = max(index.hazard_of(cheapest), 1.0 / mean_up if mean_up > 0 else 0.0)
-        view = MarketView(
-            cheapest.price_per_hour, min(o.price_per_hour for o in od), index.hazard_of(cheapest), supply, long_run
-        )
+        hazard = index.hazard_of(cheapest)
+        long_run = max(hazard, 1.0 / mean_up if mean_up > 0 else 0.0)
+        view = MarketView(cheapest.price_per_hour, min(o.price_per_hour for o in od), hazard, supply, long_run)
     cache[shape] = view
     return view
 
