@@ -29,12 +29,15 @@ pressure ``p``. Callers weigh actions by it:
   round trip (``m > 2d``) and the slack is more likely than not to run out
   waiting (``p ≥ ½``) — the hours are needed on-demand anyway, and taken now
   they keep spot usable later instead of forcing a final on-demand stretch;
-- a move between pools or markets costs its restart in slack, ``d × v``.
+- a move between pools or markets costs its restart in slack, ``d × v``;
+- a reclaim costs the slack the rule will spend on it (``reclaim_slack``):
+  the spot-only ``d + q·m`` while the job would wait, but ``d + q·2d`` once
+  the rule above covers outages on on-demand.
 
 What an hour of slack is worth once it binds: not one hour of on-demand at
 the end, but the spot attempts it would have paid for. Each attempt (a
 return or a start on spot) spends ``d`` plus what its reclaim costs
-(``d + q·m``), and buys the usable part of a spot run, ``e^{−λd}/λ`` (at most
+(``reclaim_slack``), and buys the usable part of a spot run, ``e^{−λd}/λ`` (at most
 the work left). So an hour of slack is worth ``k = max(1, usable run /
 slack per attempt)`` hours of the premium: a move that spends slack on a pool
 no better than the market's average run then does not pay, since the same
@@ -63,8 +66,9 @@ class SlackOutlook:
     need_sd_h: float
     pressure: float  # P(need > spendable)
     value_per_h: float  # USD per hour of slack: pressure × (on-demand − spot) for the job's nodes × attempts it buys
-    reclaim_cost_h: float  # expected slack one reclaim costs (restart + wait for spot)
+    reclaim_cost_h: float  # expected slack one reclaim costs a spot-only path (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
+    reclaim_slack_h: float  # what one reclaim costs under the policy: long outages covered on on-demand
 
     def describe(self) -> str:
         return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
@@ -103,8 +107,25 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    k = spot_hours_per_slack_hour(lam, d, cost1, work_left_h)
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m)
+    priced = reclaim_slack(cost1, pressure=pressure, restart_h=d, unavailable=q, outage_h=m)
+    k = spot_hours_per_slack_hour(lam, d, priced, work_left_h)
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m, priced)
+
+
+def reclaim_slack(
+    spot_only_h: float, *, pressure: float, restart_h: float, unavailable: float, outage_h: float
+) -> float:
+    """Slack one reclaim costs a job under the deadline rule, not on a spot-only path.
+
+    When the rule covers an outage on on-demand (``P(runs out) ≥ ½`` and the
+    outage outlasts a round trip through on-demand, ``m > 2d``:
+    ``market.deadline_market``), a reclaim into an outage spends the round
+    trip ``2d``, not the wait ``m``: the on-demand hours then do work that,
+    with the slack binding, would otherwise run on on-demand at the end, so
+    they cost no premium. Otherwise the job waits: the spot-only cost."""
+    if pressure >= 0.5 and outage_h > 2 * restart_h:
+        return restart_h + unavailable * 2 * restart_h
+    return spot_only_h
 
 
 def spot_hours_per_slack_hour(
@@ -136,9 +157,9 @@ def return_to_spot_pays(
     Gain: the on-demand premium saved while the spot run lasts (its expected
     length ``1/λ``, at most the work left) less its restart. Cost: the restart
     paid at the spot price, and in slack that restart plus the one the spot
-    run's reclaim will cost (``reclaim_cost_h``), each hour priced at
+    run's reclaim will cost (``reclaim_slack_h``), each hour priced at
     ``value_per_h``. The caller moves only when gain > cost."""
     life = 1.0 / hazard_per_h if hazard_per_h > 0 else work_left_h
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
-    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_cost_h)
+    cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_slack_h)
     return gain, cost

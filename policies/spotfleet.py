@@ -157,13 +157,13 @@ class SpotfleetPolicy:
         None (``market.spot_worth``): the spot offering class with the least
         expected cost per unit of table work (its cheapest usable member, its
         ``selection.pool_reclaim_rate``) against the best on-demand class. With a ``slack``
-        outlook each expected reclaim also spends slack (``reclaim_cost_h`` at
+        outlook each expected reclaim also spends slack (``reclaim_slack_h`` at
         ``value_per_h``, ``policies/slack.py``), added to the spot price: when
         the slack is short and the pools flap, spot's restarts cost more than
         on-demand's premium. Reads the cached offering classes only (no
         ranking): ``plan_scale`` stays flat."""
         lost = 0.0 if self.knobs.trust_notice_checkpoint else econ.lost_work_h
-        per_reclaim = slack.reclaim_cost_h * slack.value_per_h / max(shape.nodes, 1) if slack else 0.0
+        per_reclaim = slack.reclaim_slack_h * slack.value_per_h / max(shape.nodes, 1) if slack else 0.0
         key = (shape, lost, round(per_reclaim, 4))
         if key in cache:
             return cache[key]
@@ -238,7 +238,7 @@ class SpotfleetPolicy:
             remaining_h=remaining,
             restart_h=t.restart,
             slack_value_per_h=slack.value_per_h if slack else 0.0,
-            reclaim_slack_h=slack.reclaim_cost_h if slack else t.restart,
+            reclaim_slack_h=slack.reclaim_slack_h if slack else t.restart,
             egress_usd=egress,
         )
         if gain is None:

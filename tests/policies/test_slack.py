@@ -40,6 +40,26 @@ def test_an_hour_of_short_slack_is_worth_the_spot_attempts_it_buys() -> None:
     assert short.pressure > 0.99 and math.isclose(short.value_per_h, short.pressure * 10.0 * math.exp(-0.1) / 0.5 / 0.4)
 
 
+def test_a_reclaim_into_a_long_outage_costs_a_round_trip_once_the_slack_binds() -> None:
+    """When the rule would cover an outage on on-demand (P(runs out) ≥ ½ and outages
+    longer than a round trip, 2d), a reclaim is priced at its restart plus, when no
+    zone has spot, the round trip: not the wait a spot-only path would sit through."""
+    bad = SpotSupply(availability=0.4, mean_up_h=2.0, mean_down_h=3.0)
+    tight = outlook(spendable_h=2.0, work_left_h=40.0, hazard_per_h=0.5, supply=bad, restart_h=0.2, premium_per_h=2.0)
+    assert tight.pressure >= 0.5
+    assert math.isclose(tight.reclaim_cost_h, 0.2 + 0.6 * 3.0)  # the spot-only path waits out the outage
+    assert math.isclose(tight.reclaim_slack_h, 0.2 + 0.6 * 0.4)  # the rule takes on-demand: a round trip
+    # k: one attempt spends its restart and its reclaim's priced slack
+    assert math.isclose(tight.value_per_h, tight.pressure * 2.0 * math.exp(-0.1) / 0.5 / (0.2 + 0.44))
+    roomy = outlook(spendable_h=500.0, work_left_h=40.0, hazard_per_h=0.5, supply=bad, restart_h=0.2,
+                    premium_per_h=2.0)  # fmt: skip
+    assert roomy.pressure < 0.5 and roomy.reclaim_slack_h == roomy.reclaim_cost_h  # slack to spare: it waits
+    brief = SpotSupply(availability=0.4, mean_up_h=2.0, mean_down_h=0.3)  # outages shorter than 2d: it waits
+    short = outlook(spendable_h=0.5, work_left_h=40.0, hazard_per_h=0.5, supply=brief, restart_h=0.2,
+                    premium_per_h=2.0)  # fmt: skip
+    assert short.pressure >= 0.5 and short.reclaim_slack_h == short.reclaim_cost_h
+
+
 def test_pressure_grows_as_the_slack_shrinks() -> None:
     def p(spendable: float) -> float:
         return outlook(spendable_h=spendable, work_left_h=40.0, hazard_per_h=0.3, supply=ALWAYS, restart_h=0.2,
