@@ -34,7 +34,7 @@ from spotfleet.model.snapshot import Budget
 from spotfleet.model.spec import Priority
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.shape import MIG_SLICES_PER_GPU
-from spotfleet.policies.slack import SlackOutlook
+from spotfleet.policies.slack import SlackOutlook, covers_outages
 
 SPOT_ONLY = (Market.SPOT,)
 ON_DEMAND_ONLY = (Market.ON_DEMAND,)
@@ -293,7 +293,7 @@ def deadline_market(
             SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: on-demand would be final, wait for spot"
         )
     if slack is not None and spot_available is False:
-        if slack.pressure >= 0.5 and slack.outage_h > 2 * t.restart:
+        if covers_outages(slack.pressure, slack.outage_h, t.restart):
             return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot, outages last {slack.outage_h:.2f} h and the "
                                   f"{slack.describe()}: on-demand until spot returns")  # fmt: skip
         return MarketDecision(SPOT_ONLY, f"deadline: wait for spot, {slack.describe()}")

@@ -107,25 +107,30 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    priced = reclaim_slack(cost1, pressure=pressure, restart_h=d, unavailable=q, outage_h=m)
+    priced = reclaim_slack(pressure=pressure, restart_h=d, unavailable=q, outage_h=m)
     k = spot_hours_per_slack_hour(lam, d, priced, work_left_h)
     return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m, priced)
 
 
-def reclaim_slack(
-    spot_only_h: float, *, pressure: float, restart_h: float, unavailable: float, outage_h: float
-) -> float:
+def covers_outages(pressure: float, outage_h: float, restart_h: float) -> bool:
+    """Does the deadline rule take on-demand through a market outage instead of
+    waiting it out? When the slack is more likely than not to run out
+    (``p ≥ ½``) and outages are expected to outlast a round trip through
+    on-demand (``m > 2d``). The one place this rule lives: an idle job's market
+    (``market.deadline_market``) and the price of a reclaim (``reclaim_slack``)."""
+    return pressure >= 0.5 and outage_h > 2 * restart_h
+
+
+def reclaim_slack(*, pressure: float, restart_h: float, unavailable: float, outage_h: float) -> float:
     """Slack one reclaim costs a job under the deadline rule, not on a spot-only path.
 
-    When the rule covers an outage on on-demand (``P(runs out) ≥ ½`` and the
-    outage outlasts a round trip through on-demand, ``m > 2d``:
-    ``market.deadline_market``), a reclaim into an outage spends the round
-    trip ``2d``, not the wait ``m``: the on-demand hours then do work that,
-    with the slack binding, would otherwise run on on-demand at the end, so
-    they cost no premium. Otherwise the job waits: the spot-only cost."""
-    if pressure >= 0.5 and outage_h > 2 * restart_h:
-        return restart_h + unavailable * 2 * restart_h
-    return spot_only_h
+    A reclaim costs its restart ``d`` and, when no zone has spot (``q``), what
+    the outage costs: the wait ``m``, or, when the rule covers outages on
+    on-demand (``covers_outages``), the round trip ``2d`` — the on-demand hours
+    then do work that, with the slack binding, would otherwise run on
+    on-demand at the end, so they cost no premium."""
+    outage = 2 * restart_h if covers_outages(pressure, outage_h, restart_h) else outage_h
+    return restart_h + unavailable * outage
 
 
 def spot_hours_per_slack_hour(
