@@ -60,23 +60,18 @@ class SpotSupply:
     mean_down_h: float
     up_now: bool = True
     remaining_up_h: float = PRIOR_UP_RUN_H  # expected rest of the current up run, given its age
-    down_runs_h: tuple[float, ...] = ()  # lengths of the outages seen (completed down runs)
-    down_for_h: float = 0.0  # how long the current outage has lasted (0 when up)
 
     @classmethod
     def observed(cls, record: PoolAvailability | None) -> SpotSupply:
         up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1, True
         remaining = PRIOR_UP_RUN_H
-        outages: tuple[float, ...] = ()
-        down_for = 0.0
         if record is not None:
             up += record.up_hours
             down += record.down_hours
             runs += record.ended_runs
             now = record.up_now
             remaining = remaining_life(record.recent_runs_h, record.up_for_h)
-            outages, down_for = record.recent_down_runs_h, record.down_for_h
-        return cls(up / (up + down), up / runs, down / runs, now, remaining, outages, down_for)
+        return cls(up / (up + down), up / runs, down / runs, now, remaining)
 
 
 def remaining_life(runs_h: Iterable[float], age_h: float) -> float:

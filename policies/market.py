@@ -34,7 +34,7 @@ from spotfleet.model.snapshot import Budget
 from spotfleet.model.spec import Priority
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.shape import MIG_SLICES_PER_GPU
-from spotfleet.policies.slack import SlackOutlook
+from spotfleet.policies.slack import SlackOutlook, covers_outages
 
 SPOT_ONLY = (Market.SPOT,)
 ON_DEMAND_ONLY = (Market.ON_DEMAND,)
@@ -259,12 +259,11 @@ def deadline_market(
 
     With a ``slack`` outlook (``policies/slack.py``: the learned market's
     reclaims and outages against the slack), rules 4 and 5 give way to it:
-    on-demand now when the slack is more likely than not to run out and
-    waiting on for spot is expected to cost more slack than a round trip
-    through on-demand (``2d``), judged on the outage lengths seen and the
-    current outage's age (``slack.outage_plan``; the hours are needed
-    on-demand anyway; taken now, spot stays usable later instead of a final
-    on-demand stretch); otherwise wait for spot.
+    on-demand now when the outage is expected to outlast a round trip
+    through on-demand (``2d``) and the slack is more likely than not to run
+    out waiting for spot (the hours are needed on-demand anyway; taken now,
+    spot stays usable later instead of a final on-demand stretch); otherwise
+    wait for spot.
 
     Safety: spot is entered only with ``start`` of slack, so after its restart
     the job holds ``reserve`` — enough for a reclaim (``lost``) plus an
@@ -294,11 +293,9 @@ def deadline_market(
             SPOT_ONLY, f"deadline slack {t.slack:.2f} h < {t.wait:.2f} h: on-demand would be final, wait for spot"
         )
     if slack is not None and spot_available is False:
-        if slack.cover_outage_now:
-            return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot, and waiting on for it is expected to cost more "
-                                  f"slack than a round trip through on-demand ({2 * t.restart:.2f} h; outages last "
-                                  f"{slack.outage_h:.2f} h on average); the {slack.describe()}: on-demand until "
-                                  "spot returns")  # fmt: skip
+        if covers_outages(slack.pressure, slack.outage_h, t.restart):
+            return MarketDecision(ON_DEMAND_ONLY, f"deadline: no spot, outages last {slack.outage_h:.2f} h and the "
+                                  f"{slack.describe()}: on-demand until spot returns")  # fmt: skip
         return MarketDecision(SPOT_ONLY, f"deadline: wait for spot, {slack.describe()}")
     remaining = max(0.0, expected_hours - progress_hours(job, expected_hours))
     plenty = t.wait + 2 * t.restart * spot_hazard_per_h * remaining

@@ -25,19 +25,14 @@ that it exceeds the slack the job may spend (its slack less the reserve that
 keeps on-demand able to finish, ``market.DeadlineThresholds.start``) is the
 pressure ``p``. Callers weigh actions by it:
 
-- idle without spot, with the slack more likely than not to run out
-  (``p ≥ ½``): wait the outage out or cover it on on-demand, whichever the
-  learned outages say costs less slack (``outage_plan``: ski rental with the
-  outage lengths seen — wait while the outages that lasted this long mostly
-  end soon, cover once waiting on is expected to cost more than a round trip
-  through on-demand, ``2d``) — the on-demand hours are needed anyway, and
-  taken now they keep spot usable later instead of forcing a final
-  on-demand stretch;
+- idle without spot: on-demand now when an outage is expected to outlast a
+  round trip (``m > 2d``) and the slack is more likely than not to run out
+  waiting (``p ≥ ½``) — the hours are needed on-demand anyway, and taken now
+  they keep spot usable later instead of forcing a final on-demand stretch;
 - a move between pools or markets costs its restart in slack, ``d × v``;
 - a reclaim costs the slack the rule will spend on it (``reclaim_slack``):
-  the spot-only ``d + q·m`` while the job would wait, but ``d + q·c`` once
-  the rule above covers outages, ``c`` the slack an outage then costs from its
-  start (at most ``2d`` and at most ``m``).
+  the spot-only ``d + q·m`` while the job would wait, but ``d + q·2d`` once
+  the rule above covers outages on on-demand.
 
 What an hour of slack is worth once it binds: not one hour of on-demand at
 the end, but the spot attempts it would have paid for. Each attempt (a
@@ -56,7 +51,6 @@ restarts, where the mean and spread are what matter.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
@@ -75,7 +69,6 @@ class SlackOutlook:
     reclaim_cost_h: float  # expected slack one reclaim costs a spot-only path (restart + wait for spot)
     outage_h: float  # mean wait for spot once the market has none (its mean down run)
     reclaim_slack_h: float  # what one reclaim costs under the policy: long outages covered on on-demand
-    cover_outage_now: bool = False  # idle without spot: on-demand now beats waiting on (p ≥ ½, ``outage_plan``)
 
     def describe(self) -> str:
         return (f"slack to spend {self.spendable_h:.2f} h vs {self.need_mean_h:.2f} ± {self.need_sd_h:.2f} h "
@@ -114,74 +107,30 @@ def outlook(
         pressure = 1.0 if mean > spendable_h else 0.0
     if spendable_h <= 0:
         pressure = 1.0
-    binding = covers_outages(pressure)
-    from_start, _ = outage_plan(supply.down_runs_h, m, age_h=0.0, round_trip_h=2.0 * d)
-    cover_now = False
-    if binding and idle_without_spot:
-        _, wait = outage_plan(supply.down_runs_h, m, age_h=supply.down_for_h, round_trip_h=2.0 * d)
-        cover_now = not wait
-    priced = reclaim_slack(restart_h=d, unavailable=q, outage_cost_h=from_start if binding else m)
+    priced = reclaim_slack(pressure=pressure, restart_h=d, unavailable=q, outage_h=m)
     k = spot_hours_per_slack_hour(lam, d, priced, work_left_h)
-    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m, priced,
-                        cover_now)  # fmt: skip
+    return SlackOutlook(spendable_h, mean, sd, pressure, pressure * max(0.0, premium_per_h) * k, cost1, m, priced)
 
 
-def covers_outages(pressure: float) -> bool:
-    """Does the deadline rule weigh covering a market outage on on-demand
-    against waiting it out? Only when the slack is more likely than not to run
-    out (``p ≥ ½``): the on-demand hours then do work that would otherwise run
-    on on-demand at the end, so they cost no premium; with slack to spare they
-    would, and the job waits for spot. The one place this rule lives: an idle
-    job's market (``market.deadline_market``, through ``SlackOutlook``) and the
-    price of a reclaim (``reclaim_slack``)."""
-    return pressure >= 0.5
+def covers_outages(pressure: float, outage_h: float, restart_h: float) -> bool:
+    """Does the deadline rule take on-demand through a market outage instead of
+    waiting it out? When the slack is more likely than not to run out
+    (``p ≥ ½``) and outages are expected to outlast a round trip through
+    on-demand (``m > 2d``). The one place this rule lives: an idle job's market
+    (``market.deadline_market``) and the price of a reclaim (``reclaim_slack``)."""
+    return pressure >= 0.5 and outage_h > 2 * restart_h
 
 
-@functools.lru_cache(maxsize=1024)
-def outage_plan(runs_h: tuple[float, ...], mean_h: float, *, age_h: float, round_trip_h: float) -> tuple[float, bool]:
-    """Ski rental with the learned outage lengths: (expected slack the current
-    outage still costs under the best plan, whether that plan waits now).
+def reclaim_slack(*, pressure: float, restart_h: float, unavailable: float, outage_h: float) -> float:
+    """Slack one reclaim costs a job under the deadline rule, not on a spot-only path.
 
-    An outage that has lasted ``age_h`` is either waited out or covered on
-    on-demand, which costs a round trip ``R`` (``2d``: a restart there and one
-    back). The best plan waits until the outage has lasted ``τ``, then covers
-    it; it costs ``E[min(D, τ) − a | D > a] + P(D > τ | D > a)·R``. ``τ = a``
-    (cover now) costs ``R``; ``τ = ∞`` (always wait) the mean residual outage.
-    The outages ``D`` are those seen (``runs_h``) plus one exponential
-    pseudo-outage of the learned mean ``mean_h`` (memoryless: its rest is
-    ``mean_h`` at any age). With no outage seen this is the exponential model:
-    cover now exactly when ``mean_h > R``. Bursty outages — many one-step gaps,
-    a few long ones — have a long mean but end soon when young: waiting the
-    first steps out beats covering them at once, and covering beats waiting
-    once an outage has outlasted the gaps. The best ``τ`` of an empirical
-    distribution lies at a seen length or at infinity, so those are the
-    candidates; sorted with running sums, ``O(n log n)``, and cached: every
-    job of a plan reads the same market."""
-    excess = sorted(r - age_h for r in runs_h if r > age_h)
-    m = max(mean_h, 1e-9)
-    weight = len(excess) + 1.0  # the seen outages that lasted this long, and the pseudo-outage
-    best = round_trip_h  # cover now
-    waited = 0.0  # running sum of the excesses up to the candidate
-    total = sum(excess)
-    for j, e in enumerate(excess):
-        waited += e
-        if j + 1 < len(excess) and excess[j + 1] == e:
-            continue  # ties: evaluate once, after the last of them
-        survive = len(excess) - (j + 1)
-        tail = math.exp(-e / m)
-        cost = (waited + survive * e + m * (1.0 - tail) + (survive + tail) * round_trip_h) / weight
-        best = min(best, cost)
-    best = min(best, (total + m) / weight)  # wait it out whatever its length
-    return best, best < round_trip_h
-
-
-def reclaim_slack(*, restart_h: float, unavailable: float, outage_cost_h: float) -> float:
-    """Slack one reclaim costs a job under the deadline rule: its restart ``d``
-    and, when no zone has spot (``unavailable``, ``q``), what the outage costs —
-    the wait ``m`` on a spot-only path, or, once the rule weighs covering it
-    (``covers_outages``), the cost of its best plan from the outage's start
-    (``outage_plan``, at most the round trip ``2d``)."""
-    return restart_h + unavailable * outage_cost_h
+    A reclaim costs its restart ``d`` and, when no zone has spot (``q``), what
+    the outage costs: the wait ``m``, or, when the rule covers outages on
+    on-demand (``covers_outages``), the round trip ``2d`` — the on-demand hours
+    then do work that, with the slack binding, would otherwise run on
+    on-demand at the end, so they cost no premium."""
+    outage = 2 * restart_h if covers_outages(pressure, outage_h, restart_h) else outage_h
+    return restart_h + unavailable * outage
 
 
 def spot_hours_per_slack_hour(

@@ -8,11 +8,7 @@ step, and the simulator steps at every change of the traces), and an
 available→unavailable edge ends an *up run*, whose length is kept (the last
 ``RECENT_RUNS``): spot availability is bursty — many short blips between long
 runs — so how long a pool has been up says how much longer it will likely
-stay (``forecast.SpotSupply.remaining_up_h``). The unavailable→available edge
-ends a *down run* (an outage), kept the same way: outages are bursty too —
-many one-step gaps, a few long ones — so whether to wait one out or cover it
-on on-demand depends on their spread, not their mean
-(``slack.outage_plan``). Two keys are kept per observation:
+stay (``forecast.SpotSupply.remaining_up_h``). Two keys are kept per observation:
 
 - the pool (``Offering.key``: provider, market, type, zone);
 - the market of an instance type across zones (``spot_market_key``): up while *any*
@@ -47,8 +43,6 @@ class _Track:
     down_hours: float = 0.0
     ended_runs: int = 0  # available → unavailable edges seen
     runs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))  # hours, oldest first
-    down_since: datetime | None = None
-    down_runs: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_RUNS))  # outages, oldest first
     resumed: bool = False  # imported history ended here: the next observation starts a new run
 
 
@@ -87,14 +81,13 @@ class AvailabilityLog:
         for key, up in states.items():
             track = self._tracks.get(key)
             if track is None:
-                self._tracks[key] = _Track(up, now, now if up else None, down_since=None if up else now)
+                self._tracks[key] = _Track(up, now, now if up else None)
                 continue
             if track.resumed:
                 # history imported from elsewhere ends here: nothing is known of the
                 # gap, so this observation starts a run of unknown age
                 track.up, track.since, track.resumed = up, now, False
                 track.up_since = now if up else None
-                track.down_since = None if up else now
                 continue
             hours = max(0.0, (now - track.since).total_seconds() / 3600.0)
             if track.up:
@@ -106,12 +99,8 @@ class AvailabilityLog:
                 if track.up_since is not None:
                     track.runs.append((now - track.up_since).total_seconds() / 3600.0)
                 track.up_since = None
-                track.down_since = now
             elif up and not track.up:
                 track.up_since = now
-                if track.down_since is not None:
-                    track.down_runs.append((now - track.down_since).total_seconds() / 3600.0)
-                track.down_since = None
             track.up, track.since = up, now
 
     def replay(self, observations: Iterable[tuple[datetime, Mapping[str, bool]]], *, detached: bool = False) -> int:
@@ -131,17 +120,13 @@ class AvailabilityLog:
             for track in self._tracks.values():
                 track.resumed = True
                 track.up_since = None
-                track.down_since = None
         return count
 
     def records(self, now: datetime | None = None) -> tuple[PoolAvailability, ...]:
         out = []
         for key, t in sorted(self._tracks.items()):
-            age = down_age = 0.0
+            age = 0.0
             if t.up and t.up_since is not None and now is not None:
                 age = max(0.0, (now - t.up_since).total_seconds() / 3600.0)
-            if not t.up and t.down_since is not None and now is not None:
-                down_age = max(0.0, (now - t.down_since).total_seconds() / 3600.0)
-            out.append(PoolAvailability(key, t.up_hours, t.down_hours, t.ended_runs, t.up, tuple(t.runs), age,
-                                        tuple(t.down_runs), down_age))  # fmt: skip
+            out.append(PoolAvailability(key, t.up_hours, t.down_hours, t.ended_runs, t.up, tuple(t.runs), age))
         return tuple(out)

@@ -97,8 +97,6 @@ class PoolAvailability:
     up_now: bool = True
     recent_runs_h: tuple[float, ...] = ()  # lengths of the last completed up runs
     up_for_h: float = 0.0  # how long the current up run has lasted (0 when down)
-    recent_down_runs_h: tuple[float, ...] = ()  # lengths of the last completed down runs (outages)
-    down_for_h: float = 0.0  # how long the current down run has lasted (0 when up)
 
 
 def spot_market_key(offering: Offering) -> str:

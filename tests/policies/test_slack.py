@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.forecast import PRIOR_DOWN_RUN_H, PRIOR_UP_RUN_H, SpotSupply, remaining_life
-from spotfleet.policies.slack import outage_plan, outlook, return_to_spot_pays, spot_hours_per_slack_hour
+from spotfleet.policies.slack import outlook, return_to_spot_pays, spot_hours_per_slack_hour
 
 ALWAYS = SpotSupply(availability=1.0, mean_up_h=10.0, mean_down_h=0.0)
 
@@ -59,48 +58,6 @@ def test_a_reclaim_into_a_long_outage_costs_a_round_trip_once_the_slack_binds() 
     short = outlook(spendable_h=0.5, work_left_h=40.0, hazard_per_h=0.5, supply=brief, restart_h=0.2,
                     premium_per_h=2.0)  # fmt: skip
     assert short.pressure >= 0.5 and short.reclaim_slack_h == short.reclaim_cost_h
-
-
-def test_an_outage_is_waited_out_or_covered_by_the_outages_seen() -> None:
-    """``outage_plan``: ski rental with the outage lengths seen. Without any, the
-    exponential model of the learned mean: cover at once exactly when the mean
-    outage outlasts a round trip (2d = 0.4 h here)."""
-    assert outage_plan((), 1.0, age_h=0.0, round_trip_h=0.4) == (0.4, False)
-    assert outage_plan((), 0.3, age_h=0.0, round_trip_h=0.4) == (0.3, True)
-    # bursty: nine 3-minute gaps and one 4 h outage; the mean (0.45 h) outlasts a
-    # round trip, but a young outage is most likely a gap: wait its first minutes out
-    gaps = (0.05,) * 9 + (4.0,)
-    mean = sum(gaps) / len(gaps)
-    cost, wait = outage_plan(gaps, mean, age_h=0.0, round_trip_h=0.4)
-    tail = math.exp(-0.05 / mean)
-    assert wait and math.isclose(cost, (10 * 0.05 + mean * (1 - tail) + (1 + tail) * 0.4) / 11)
-    # once it has outlasted the gaps, it is the long one: cover it now
-    assert outage_plan(gaps, mean, age_h=0.1, round_trip_h=0.4) == (0.4, False)
-    # steady long outages: cover at once; steady short ones: wait them out
-    assert outage_plan((2.0,) * 10, 2.0, age_h=0.0, round_trip_h=0.4) == (0.4, False)
-    cost, wait = outage_plan((0.1,) * 10, 0.1, age_h=0.0, round_trip_h=0.4)
-    assert wait and cost < 0.15
-
-
-def test_the_outlook_prices_an_outage_at_its_best_plan_once_the_slack_binds() -> None:
-    """Under pressure a reclaim's outage costs what its best plan spends
-    (``outage_plan`` from the outage's start); an idle job covers the outage
-    only when its plan says so at the outage's current age."""
-    gaps = (0.05,) * 9 + (4.0,)
-    young = SpotSupply(availability=0.6, mean_up_h=2.0, mean_down_h=0.45, up_now=False, down_runs_h=gaps,
-                       down_for_h=0.0)  # fmt: skip
-    tight = outlook(spendable_h=1.0, work_left_h=40.0, hazard_per_h=0.5, supply=young, restart_h=0.2,
-                    premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
-    plan, _ = outage_plan(gaps, 0.45, age_h=0.0, round_trip_h=0.4)
-    assert tight.pressure >= 0.5 and not tight.cover_outage_now  # a young outage: wait
-    assert math.isclose(tight.reclaim_slack_h, 0.2 + 0.4 * plan) and plan < 0.4
-    old = replace(young, down_for_h=0.5)
-    aged = outlook(spendable_h=1.0, work_left_h=40.0, hazard_per_h=0.5, supply=old, restart_h=0.2,
-                   premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
-    assert aged.cover_outage_now  # it outlasted the gaps: on-demand
-    roomy = outlook(spendable_h=500.0, work_left_h=40.0, hazard_per_h=0.5, supply=old, restart_h=0.2,
-                    premium_per_h=2.0, idle_without_spot=True)  # fmt: skip
-    assert not roomy.cover_outage_now and roomy.reclaim_slack_h == roomy.reclaim_cost_h  # slack to spare: wait
 
 
 def test_pressure_grows_as_the_slack_shrinks() -> None:
