@@ -70,23 +70,17 @@ class SpotSupply:
             down += record.down_hours
             runs += record.ended_runs
             now = record.up_now
-            remaining = remaining_life(record.recent_runs_h, record.up_for_h, prior_h=up / runs)
+            remaining = remaining_life(record.recent_runs_h, record.up_for_h)
         return cls(up / (up + down), up / runs, down / runs, now, remaining)
 
 
-def remaining_life(runs_h: Iterable[float], age_h: float, *, prior_h: float = PRIOR_UP_RUN_H) -> float:
+def remaining_life(runs_h: Iterable[float], age_h: float) -> float:
     """Expected remaining length of an up run that has lasted ``age_h``: the mean
     excess ``L − age`` over the recorded runs longer than ``age_h``, with one
-    prior run whose excess is ``prior_h`` (exponential: memoryless).
+    prior run whose excess is ``PRIOR_UP_RUN_H`` (exponential: memoryless).
     Empirical, so bursty pools — many blips, some long runs — come out short
-    when just back up and long once a run has lasted (the mean residual life).
-
-    ``prior_h`` is the pool's learned mean up run (``SpotSupply.mean_up_h``:
-    the prior run plus every hour seen up, the current run's included, over
-    the runs that ended). So a run that outlasts every run recorded is not
-    expected to end within ``PRIOR_UP_RUN_H`` however long it has lasted: its
-    own hours count as evidence of long runs, as exposure does in the hazard."""
-    total, n = prior_h, 1
+    when just back up and long once a run has lasted (the mean residual life)."""
+    total, n = PRIOR_UP_RUN_H, 1
     for length in runs_h:
         if length > age_h:
             total += length - age_h

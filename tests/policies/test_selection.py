@@ -204,8 +204,7 @@ def test_a_cheap_pool_that_flaps_loses_to_a_steady_one() -> None:
     steady = offering("g5.xlarge", "A10G", 1, 0.90, market=Market.SPOT, on_demand=3.0, zone="use1-az2")
     od = offering("g5.xlarge", "A10G", 1, 3.00)
     j = job("j1", expected_duration="12h", checkpoint={"interval": "10m"})
-    # ten runs of 18 min, the pool just back up: the rest of its run is (m + 10 × 0.3) / 11 h, with the
-    # prior run's rest m its learned mean up run, (2.9 + 3.0) / 11 h
+    # ten runs of 18 min, the pool just back up: the rest of its run is (2.9 + 10 × 0.3) / 11 h
     seen_flappy = PoolAvailability(flappy.key, up_hours=3.0, down_hours=1.0, ended_runs=10,
                                    recent_runs_h=(0.3,) * 10, up_for_h=0.0)  # fmt: skip
     seen_steady = PoolAvailability(steady.key, up_hours=45.0, down_hours=1.0, ended_runs=2,
@@ -218,6 +217,6 @@ def test_a_cheap_pool_that_flaps_loses_to_a_steady_one() -> None:
     (launch,) = launches(SpotfleetPolicy().decide(seen))
     assert launch.offering is steady
     f = Forecast.from_history(availability=seen.availability)
-    assert pool_reclaim_rate(f, flappy) == pytest.approx(11 / ((2.9 + 3.0) / 11 + 3.0))
+    assert pool_reclaim_rate(f, flappy) == pytest.approx(11 / (2.9 + 3.0))
     assert pool_reclaim_rate(f, steady) == pytest.approx(0.468)  # its runs outlast the prior's 1/0.468 h
     assert pool_reclaim_rate(f, od) == 0.0

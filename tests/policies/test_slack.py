@@ -107,18 +107,6 @@ def test_remaining_life_reads_the_runs_longer_than_the_current_age() -> None:
     assert math.isclose(remaining_life([], 5.0), PRIOR_UP_RUN_H)  # no history: the prior, memoryless
 
 
-def test_a_run_longer_than_any_seen_counts_as_evidence_of_long_runs() -> None:
-    """The prior run's rest is the pool's learned mean up run, hours of the current
-    run included: a pool up for 39 h with no run ended is not expected to end
-    within the prior's 2.9 h; one that flaps keeps a short prior run."""
-    calm = SpotSupply.observed(PoolAvailability("k", up_hours=39.0, down_hours=0.0, ended_runs=0, up_for_h=39.0))
-    assert math.isclose(calm.remaining_up_h, PRIOR_UP_RUN_H + 39.0)
-    flaps = SpotSupply.observed(PoolAvailability("k", up_hours=3.0, down_hours=1.0, ended_runs=10,
-                                                 recent_runs_h=(0.3,) * 10, up_for_h=0.0))  # fmt: skip
-    assert math.isclose(flaps.remaining_up_h, ((PRIOR_UP_RUN_H + 3.0) / 11 + 3.0) / 11)
-    assert remaining_life([], 5.0, prior_h=8.0) == 8.0  # no run recorded: the learned mean, memoryless
-
-
 def test_an_idle_deadline_job_without_spot_waits_or_buys_on_demand_by_the_outlook() -> None:
     from datetime import timedelta
 
