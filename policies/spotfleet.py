@@ -163,7 +163,9 @@ class SpotfleetPolicy:
         on-demand's premium. Reads the cached offering classes only (no
         ranking): ``plan_scale`` stays flat."""
         lost = 0.0 if self.knobs.trust_notice_checkpoint else econ.lost_work_h
-        per_reclaim = slack.reclaim_slack_h * slack.value_per_h / max(shape.nodes, 1) if slack else 0.0
+        # per node-hour: a gang of n nodes is reclaimed at n × the pool's hazard, each reclaim spending the
+        # whole job's slack, so a node-hour bears hazard × the job's price of one reclaim
+        per_reclaim = slack.reclaim_slack_h * slack.value_per_h if slack else 0.0
         key = (shape, lost, round(per_reclaim, 4))
         if key in cache:
             return cache[key]

@@ -117,3 +117,39 @@ def test_deadline_job_prefers_the_cheaper_spot_pool_after_reclaim_cost() -> None
         snapshot(jobs=[_deadline_job()], offerings=[a, b, od], exposure=exposure)
     )
     assert [c.offering.zone for c in launches(plan.commands)] == ["use1-az2"]
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 4])
+def test_a_gang_bears_the_whole_jobs_price_of_a_reclaim_on_every_node(nodes: int) -> None:
+    """A gang of n nodes is reclaimed at n × the pool's hazard and every reclaim spends
+    the whole job's slack, so each node-hour bears hazard × the job's price of one
+    reclaim: the same verdict for any n when the price per reclaim is the same. (It
+    was divided by n, so a gang took spot a single-node job with the same slack refused.)"""
+    from spotfleet.policies.forecast import Forecast
+    from spotfleet.policies.selection import OfferingIndex, economics_of
+    from spotfleet.policies.shape import shape_of
+    from spotfleet.policies.slack import SlackOutlook
+
+    spot = offering("g5.xlarge", gpu="A10G", price=1.0, market=Market.SPOT, on_demand=3.0)
+    od = offering("g5.xlarge", gpu="A10G", price=3.0)
+    forecast = Forecast()  # AWS prior hazard 0.468/h per node
+    knobs = Knobs(restart_delay_h=0.2)
+    policy = SpotfleetPolicy(knobs)
+    j = job(
+        "g",
+        resources={"gpus": 1, "nodes": nodes},
+        deadline=(T0 + timedelta(hours=30)).isoformat(),
+        expected_duration="24h",
+    )
+    shape = shape_of(j.spec, forecast)
+    econ = economics_of(j, forecast, knobs)
+
+    def verdict(value_per_h: float) -> str | None:
+        # slack short (pressure 1), a reclaim costs 0.3 h of it
+        slack = SlackOutlook(1.0, 5.0, 1.0, 1.0, value_per_h, 0.3, 0.5, 0.3)
+        return policy._spot_worth(OfferingIndex([spot, od], forecast=forecast, knobs=knobs), shape, econ, {}, slack)
+
+    # $4.50 a reclaim: 1 + 0.468·4.5 = $3.11 a node-hour before reclaims' restarts, above on-demand's $3
+    refused = verdict(15.0)
+    assert refused is not None and "reclaims priced with the slack" in refused
+    assert verdict(0.0) is None  # slack worth nothing: spot at a third of on-demand
