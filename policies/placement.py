@@ -316,9 +316,8 @@ class Placer:
         for j in range(pos + 1, min(len(ranked), pos + 1 + 4 * self.knobs.max_alternatives)):
             if len(out) >= self.knobs.max_alternatives:
                 break
-            s = ranked[j]
-            o = s.offering
-            if o is choice.offering or o.gpu_count < choice.offering.gpu_count or s.fill < fill:
+            o, row_fill = ranked.offering_fill(j)
+            if o is choice.offering or o.gpu_count < choice.offering.gpu_count or row_fill < fill:
                 continue
             if zone is not None and o.zone != zone:
                 continue

@@ -299,6 +299,14 @@ class RankTable(Sequence[Scored]):
         self._expand(i)
         return self._rows[i][1]
 
+    def offering_fill(self, i: int) -> tuple[Offering, int]:
+        """Row ``i``'s offering and fill (``Scored.fill``) without scoring it:
+        what a launch's alternatives are chosen by (``Placer._alternatives``)."""
+        self._expand(i)
+        _, _, ci, mi = self._rows[i]
+        c = self._classes[ci]
+        return c.members[mi], (c.per if c.per < self._group else self._group)
+
     def max_fill(self) -> int:
         return max((c.per for c in self._classes), default=0)
 

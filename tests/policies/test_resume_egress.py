@@ -101,3 +101,5 @@ def test_a_located_checkpoints_ranking_is_the_full_scorers_order(source: tuple[s
     assert costs[0] == pytest.approx(full.scored[0].cost_per_work)
     # the move is priced: the best row is in the checkpoint's region or paid for leaving it
     assert any(r.egress_per_hour > 0 for r in rows) and any(r.egress_per_hour == 0 for r in rows)
+    # what a launch's alternatives read without scoring a row: the scored row's offering and fill
+    assert [table.offering_fill(i) for i in range(len(rows))] == [(r.offering, r.fill) for r in rows]
