@@ -254,7 +254,7 @@ class RankTable(Sequence[Scored]):
             ci, mi = item[2], item[3] + 1
             c = classes[ci]
             if mi < len(c.members):
-                fill = c.per if c.per < self._group else self._group
+                fill = self._fill(c)
                 add = (terms.adds[ci] if terms.adds is not None else 0.0) + self._extra.get(ci, 0.0)
                 price = c.members[mi].price_per_hour
                 heapq.heappush(
@@ -305,7 +305,11 @@ class RankTable(Sequence[Scored]):
         self._expand(i)
         _, _, ci, mi = self._rows[i]
         c = self._classes[ci]
-        return c.members[mi], (c.per if c.per < self._group else self._group)
+        return c.members[mi], self._fill(c)
+
+    def _fill(self, c: OfferingClass) -> int:
+        """Nodes of this table's shape one instance of ``c`` holds, capped at the group."""
+        return c.per if c.per < self._group else self._group
 
     def max_fill(self) -> int:
         return max((c.per for c in self._classes), default=0)

@@ -13,6 +13,7 @@ import pytest
 from spotfleet.model.job import JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import PoolExposure
+from spotfleet.policies.forecast import Forecast
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.market import (
     SpotOffer,
@@ -23,6 +24,9 @@ from spotfleet.policies.market import (
     spot_worth,
     useful_fraction,
 )
+from spotfleet.policies.selection import OfferingIndex, economics_of
+from spotfleet.policies.shape import shape_of
+from spotfleet.policies.slack import SlackOutlook
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, job, launches, offering, snapshot
@@ -125,11 +129,6 @@ def test_a_gang_bears_the_whole_jobs_price_of_a_reclaim_on_every_node(nodes: int
     the whole job's slack, so each node-hour bears hazard × the job's price of one
     reclaim: the same verdict for any n when the price per reclaim is the same. (It
     was divided by n, so a gang took spot a single-node job with the same slack refused.)"""
-    from spotfleet.policies.forecast import Forecast
-    from spotfleet.policies.selection import OfferingIndex, economics_of
-    from spotfleet.policies.shape import shape_of
-    from spotfleet.policies.slack import SlackOutlook
-
     spot = offering("g5.xlarge", gpu="A10G", price=1.0, market=Market.SPOT, on_demand=3.0)
     od = offering("g5.xlarge", gpu="A10G", price=3.0)
     forecast = Forecast()  # AWS prior hazard 0.468/h per node
