@@ -52,6 +52,9 @@ def test_workers_serve_both_replicas_restart_and_die_with_their_step_process(clu
     answers = [httpx.get(f"{cluster.url(port)}/healthz", timeout=5).json() for _ in range(20)]
     assert {a["process"] for a in answers} <= lead_workers, "the workers answer, not the step process"
     assert all(a["role"] == "leader" and a["replica"] == health["replica"] for a in answers)
+    # the follower learns who leads on its next lease check (every renew_every), not at once
+    wait("the follower to name the leader", lambda: httpx.get(f"{cluster.url(follower)}/readyz", timeout=5)
+         .json().get("leader") == health["replica"], timeout=15)  # fmt: skip
     followed = [httpx.get(f"{cluster.url(follower)}/readyz", timeout=5).json() for _ in range(10)]
     assert all(f["ready"] and f["role"] == "follower" and f["leader"] == health["replica"] for f in followed)
 

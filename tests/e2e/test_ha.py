@@ -59,7 +59,9 @@ def test_ten_leader_kills_lose_nothing_and_duplicate_nothing(cluster: Cluster) -
     leaders = [p for p in cluster.ports if (cluster.health(p) or {}).get("role") == "leader"]
     assert leaders == [port], "exactly one replica leads"
     follower = next(p for p in cluster.ports if p != port)
-    assert (cluster.health(follower) or {})["leader"] == health["replica"]
+    # a follower learns who leads on its own next lease check (every renew_every), not at once
+    wait("the follower to name the leader",
+         lambda: (cluster.health(follower) or {}).get("leader") == health["replica"], timeout=3 * TTL)  # fmt: skip
     first = cluster.submit(chaos_job("via-follower", 10), port=follower)
     wait("the follower's submission to run", lambda: any(
         j["id"] == first and j["state"] == "succeeded" for j in cluster.jobs()), timeout=60)  # fmt: skip
