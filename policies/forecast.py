@@ -39,6 +39,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from spotfleet.model.offering import Market, Offering
 from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord, provider_of_key, spot_market_key
@@ -63,28 +64,31 @@ class SpotSupply:
 
     @classmethod
     def observed(cls, record: PoolAvailability | None) -> SpotSupply:
-        up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1, True
+        up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1.0, True
         remaining = PRIOR_UP_RUN_H
         if record is not None:
-            up += record.up_hours
-            down += record.down_hours
-            runs += record.ended_runs
+            # the recency-weighted evidence when the log keeps it (it forgets: controller/availability.py)
+            up += record.up_hours if record.recent_up_h is None else record.recent_up_h
+            down += record.down_hours if record.recent_down_h is None else record.recent_down_h
+            runs += record.ended_runs if record.recent_ended is None else record.recent_ended
             now = record.up_now
-            remaining = remaining_life(record.recent_runs_h, record.up_for_h)
+            remaining = remaining_life(record.recent_runs_h, record.up_for_h, record.recent_runs_weight)
         return cls(up / (up + down), up / runs, down / runs, now, remaining)
 
 
-def remaining_life(runs_h: Iterable[float], age_h: float) -> float:
+def remaining_life(runs_h: Iterable[float], age_h: float, weights: Iterable[float] = ()) -> float:
     """Expected remaining length of an up run that has lasted ``age_h``: the mean
     excess ``L − age`` over the recorded runs longer than ``age_h``, with one
     prior run whose excess is ``PRIOR_UP_RUN_H`` (exponential: memoryless).
     Empirical, so bursty pools — many blips, some long runs — come out short
-    when just back up and long once a run has lasted (the mean residual life)."""
-    total, n = PRIOR_UP_RUN_H, 1
-    for length in runs_h:
+    when just back up and long once a run has lasted (the mean residual life).
+    ``weights``: one per run (older runs count less, ``PoolAvailability.recent_runs_weight``);
+    none given, every run counts 1."""
+    total, n = PRIOR_UP_RUN_H, 1.0
+    for length, weight in zip_longest(runs_h, weights, fillvalue=1.0):
         if length > age_h:
-            total += length - age_h
-            n += 1
+            total += weight * (length - age_h)
+            n += weight
     return total / n
 
 

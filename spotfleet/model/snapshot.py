@@ -97,6 +97,12 @@ class PoolAvailability:
     up_now: bool = True
     recent_runs_h: tuple[float, ...] = ()  # lengths of the last completed up runs
     up_for_h: float = 0.0  # how long the current up run has lasted (0 when down)
+    # the same evidence with each hour and run weighted by its age (the log forgets,
+    # ``controller.availability.HALF_LIFE_H``); None and (): nothing has faded, the totals above
+    recent_up_h: float | None = None
+    recent_down_h: float | None = None
+    recent_ended: float | None = None
+    recent_runs_weight: tuple[float, ...] = ()  # one per ``recent_runs_h``; () : all 1
 
 
 def spot_market_key(offering: Offering) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import PoolExposure, RunRecord
-from spotfleet.policies.forecast import Forecast
+from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord
+from spotfleet.policies.forecast import PRIOR_UP_RUN_H, Forecast, SpotSupply, remaining_life
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import job, launches, offering, snapshot
@@ -91,3 +93,20 @@ def test_learned_throughput_changes_the_choice() -> None:
     history = (RunRecord("conv", "A100", 1, 3600, work=100.0), RunRecord("conv", "H100", 1, 3600, work=150.0))
     snap = snapshot(jobs=[job("conv", priority="critical")], offerings=[a100, h100], runs=history)
     assert launches(SpotfleetPolicy().decide(snap))[0].offering is a100
+
+
+def test_supply_reads_the_recent_evidence_and_weights_runs() -> None:
+    """A pool that flapped long ago and has been steady lately: the recency-weighted
+    figures, not the totals, set its mean runs and remaining life."""
+    old_flaps = PoolAvailability("k", up_hours=30.0, down_hours=10.0, ended_runs=20, recent_runs_h=(0.5,) * 19 + (20.0,),
+                                 up_for_h=1.0)  # fmt: skip
+    recent = replace(old_flaps, recent_up_h=20.0, recent_down_h=0.5, recent_ended=1.0,
+                     recent_runs_weight=(0.01,) * 19 + (1.0,))  # fmt: skip
+    flappy, steady = SpotSupply.observed(old_flaps), SpotSupply.observed(recent)
+    assert flappy.mean_up_h == pytest.approx((PRIOR_UP_RUN_H + 30.0) / 21)
+    assert steady.mean_up_h == pytest.approx((PRIOR_UP_RUN_H + 20.0) / 2)
+    assert steady.availability > flappy.availability
+    # the remaining life of a run an hour old: only the 20 h run outlived the hour
+    assert flappy.remaining_up_h == steady.remaining_up_h == pytest.approx((PRIOR_UP_RUN_H + 19.0) / 2)
+    assert remaining_life((0.5, 20.0), 0.0, (1.0, 0.1)) == pytest.approx((PRIOR_UP_RUN_H + 0.5 + 2.0) / 2.1)
+    assert remaining_life((0.5, 20.0), 0.0) == pytest.approx((PRIOR_UP_RUN_H + 20.5) / 3)

@@ -86,6 +86,8 @@ def test_market_history_files_seed_a_log_that_ends_with_them(tmp_path: Path) -> 
     (pool,) = [r for r in log.records(later + timedelta(hours=1)) if r.key == POOL_A]
     assert (pool.up_hours, pool.down_hours, pool.recent_runs_h) == (6.0, 3.0, (2.0, 3.0))
     assert pool.up_for_h == 1.0
+    # nor does the gap age what the files taught: nine hours observed, all in the full-weight window
+    assert (pool.recent_up_h, pool.recent_down_h, pool.recent_runs_weight) == (None, None, ())  # nothing faded
 
 
 def test_market_history_errors_name_the_setting(tmp_path: Path) -> None:
