@@ -111,6 +111,7 @@ class AvailabilityLog:
             track.old_at = fold_at
 
     def _ended(self, track: _Track) -> None:
+        """Count a run that ended now in the observed hour it ended in."""
         hour = float(math.floor(max(0.0, track.seen_h - 1e-9)))
         if not track.young or track.young[-1][0] != hour:
             track.young.append([hour, 0.0, 0.0, 0.0])
