@@ -39,7 +39,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import zip_longest
+from itertools import chain, repeat
 
 from spotfleet.model.offering import Market, Offering
 from spotfleet.model.snapshot import PoolAvailability, PoolExposure, RunRecord, provider_of_key, spot_market_key
@@ -67,10 +67,10 @@ class SpotSupply:
         up, down, runs, now = PRIOR_UP_RUN_H, PRIOR_DOWN_RUN_H, 1.0, True
         remaining = PRIOR_UP_RUN_H
         if record is not None:
-            # the recency-weighted evidence when the log keeps it (it forgets: controller/availability.py)
-            up += record.up_hours if record.recent_up_h is None else record.recent_up_h
-            down += record.down_hours if record.recent_down_h is None else record.recent_down_h
-            runs += record.ended_runs if record.recent_ended is None else record.recent_ended
+            seen_up, seen_down, ended = record.evidence()  # the log forgets: controller/availability.py
+            up += seen_up
+            down += seen_down
+            runs += ended
             now = record.up_now
             remaining = remaining_life(record.recent_runs_h, record.up_for_h, record.recent_runs_weight)
         return cls(up / (up + down), up / runs, down / runs, now, remaining)
@@ -85,7 +85,7 @@ def remaining_life(runs_h: Iterable[float], age_h: float, weights: Iterable[floa
     ``weights``: one per run (older runs count less, ``PoolAvailability.recent_runs_weight``);
     none given, every run counts 1."""
     total, n = PRIOR_UP_RUN_H, 1.0
-    for length, weight in zip_longest(runs_h, weights, fillvalue=1.0):
+    for length, weight in zip(runs_h, chain(weights, repeat(1.0)), strict=False):  # weights padded with 1
         if length > age_h:
             total += weight * (length - age_h)
             n += weight

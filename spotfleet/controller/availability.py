@@ -111,10 +111,9 @@ class AvailabilityLog:
             track.old_at = fold_at
 
     def _ended(self, track: _Track) -> None:
-        """Count a run that ended now in the observed hour it ended in."""
-        hour = float(math.floor(max(0.0, track.seen_h - 1e-9)))
-        if not track.young or track.young[-1][0] != hour:
-            track.young.append([hour, 0.0, 0.0, 0.0])
+        """Count a run that ended now in the observed hour just credited (``_credit``)."""
+        if not track.young:  # nothing credited yet: observations at one instant
+            track.young.append([float(math.floor(track.seen_h)), 0.0, 0.0, 0.0])
         track.young[-1][3] += 1.0
 
     def observe(
@@ -200,7 +199,9 @@ class AvailabilityLog:
             since = 0.0 if now is None or t.resumed else max(0.0, (now - t.since).total_seconds() / 3600.0)
             seen = t.seen_h + since
             record = PoolAvailability(key, t.up_hours, t.down_hours, t.ended_runs, t.up, tuple(t.runs), age)
-            if (t.young and self._weight(seen - (t.young[0][0] + 1.0)) < 1.0) or t.old_at > 0:
+            if self.half_life_h is not None and (
+                t.old_at > 0 or (t.young and self._weight(seen - (t.young[0][0] + 1.0)) < 1.0)
+            ):
                 # some evidence has faded (else the totals are the weighted figures, exactly)
                 kept = self._decay(seen - t.old_at)
                 weighted = [v * kept for v in t.old]

@@ -104,6 +104,13 @@ class PoolAvailability:
     recent_ended: float | None = None
     recent_runs_weight: tuple[float, ...] = ()  # one per ``recent_runs_h``; () : all 1
 
+    def evidence(self) -> tuple[float, float, float]:
+        """Up hours, down hours and ended runs as the forecasts weigh them: the
+        recency-weighted figures where some evidence has faded, else the totals."""
+        return (self.up_hours if self.recent_up_h is None else self.recent_up_h,
+                self.down_hours if self.recent_down_h is None else self.recent_down_h,
+                self.ended_runs if self.recent_ended is None else self.recent_ended)  # fmt: skip
+
 
 def spot_market_key(offering: Offering) -> str:
     """The key of an instance type's spot market across all its zones (``PoolAvailability.key``)."""

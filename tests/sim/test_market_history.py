@@ -4,6 +4,7 @@ before the start are replayed into its availability log, and nothing after it.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from spotfleet.errors import InvalidSpec
 from spotfleet.model.offering import Market
+from spotfleet.policies.forecast import SpotSupply
 from spotfleet.service import market_history_log
 from spotfleet.sim.engine import SimSettings, Simulation
 from spotfleet.sim.scenario import make_policy, single_job
@@ -121,3 +123,20 @@ def test_a_service_warns_when_no_provider_is_named_after_the_traces_cloud(
     service.store.close()
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("'aws' is no provider in this config (local)" in m and "name the provider 'aws'" in m for m in warned)
+
+
+def test_a_week_of_history_forgets_the_flaps_of_days_ago(make_set: MakeSet) -> None:
+    """The simulator's replay feeds the log that forgets: a pool that flapped every
+    hour until a week ago and has run for a week since (ended by one down hour just
+    before the start) comes out as a pool of long runs, not as the flapper its
+    totals describe."""
+    flaps, week = [1, 0] * 48, [1] * 167 + [0]  # hourly ticks: 96 h of 1 h blips, a 167 h run, 1 h down
+    traces = make_set(("us-east-1a", flaps + week + [1] * 8), tick=3600)
+    start = len(flaps) + len(week)
+    sim = _sim(traces, start_tick=start, history_hours=float(start))
+    (pool,) = [r for r in sim.controller.availability.records(traces.time_of(start)) if r.key == POOL_A]
+    assert pool.ended_runs == 49 and pool.recent_ended is not None and pool.recent_ended < 3.0
+    remembered = SpotSupply.observed(replace(pool, recent_up_h=None, recent_down_h=None, recent_ended=None))
+    learned = SpotSupply.observed(pool)
+    assert remembered.mean_up_h < 5.0 < 20.0 < learned.mean_up_h
+    assert learned.availability > 0.9 > remembered.availability
