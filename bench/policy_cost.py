@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from spotfleet.sim.engine import SimSettings
 from spotfleet.sim.scenario import POLICY_NAMES, run_single_job, start_ticks
 from spotfleet.sim.traces import TraceSet, cloud_of, load_traces, spot_losses
 
@@ -82,17 +83,18 @@ def _subset(zones: tuple[str, ...]) -> TraceSet:
     return found
 
 
-Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float, float | None]
+Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float, float | None, float]
 
 
 def _one(args: Task) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history, prior = args
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history, prior, saving_s = args
     traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
         checkpoint_interval=interval, checkpoint_gb=checkpoint_gb, history_hours=history, hazard_prior_per_h=prior,
+        settings=SimSettings(checkpoint_seconds=saving_s),
     )  # fmt: skip
     sim = run.sim
     return Run(
@@ -165,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-hours", type=float, default=0.2)
     parser.add_argument("--checkpoint-minutes", type=float, default=30.0,
                         help="the job's periodic checkpoint interval (0: none; it still checkpoints on a notice)")  # fmt: skip
+    parser.add_argument("--checkpoint-seconds", type=float, default=30.0,
+                        help="how long the job takes to save a checkpoint once asked (its spec's checkpoint.duration); "
+                             "longer than a cloud's notice (GCP 30 s, AWS 120 s), a reclaim there loses the work since "
+                             "its last periodic checkpoint")  # fmt: skip
     parser.add_argument("--checkpoint-gb", type=float, default=0.0,
                         help="checkpoint size: resuming it in another region/cloud pays this many GiB of egress "
                              "(policy knobs' $/GiB), in the simulator and the optimum alike (0: moves are free)")  # fmt: skip
@@ -195,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hazard prior (held out): {args.hazard_prior:.4f}/h, the spot loss rate of {', '.join(others)}")
     elif args.hazard_prior is not None and not 0 < args.hazard_prior <= 100:
         parser.error(f"--hazard-prior {args.hazard_prior:g}: give interruptions per instance-hour, above 0")
+    if not 0 <= args.checkpoint_seconds <= 3600:
+        parser.error(f"--checkpoint-seconds {args.checkpoint_seconds:g}: give seconds from 0 to 3600")
     if args.subsets:
         return _main_subsets(args)
 
@@ -215,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             args.checkpoint_gb,
             args.history_hours,
             args.hazard_prior,
+            args.checkpoint_seconds,
         )
         for p in policies
         for t in ticks
@@ -226,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"traces: {', '.join(args.traces)} ({len(_TRACES.zones)} zones: {zones}; "
           f"{_TRACES.n_ticks} ticks of {_TRACES.tick_seconds:g} s)")  # fmt: skip
     print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
-          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB, {len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
+          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB saved in {args.checkpoint_seconds:g} s, {len(ticks)} starts (seed {args.seed})\n")  # fmt: skip
     header = f"{'policy':<18}{'runs':>5}{'mean $':>11}{'optimal $':>11}{'ratio':>8}{'worst':>8}{'misses':>8}{'spot':>7}{'intr':>6}{'s/run':>7}"
     print(header)
     print("-" * len(header))
@@ -247,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             "deadline_misses": misses, "worst_ratio": round(worst, 4), "traces": args.traces,
             "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
-            "checkpoint_gb": args.checkpoint_gb, "starts": len(ticks), "seed": args.seed,
+            "checkpoint_gb": args.checkpoint_gb, "checkpoint_seconds": args.checkpoint_seconds,
+            "starts": len(ticks), "seed": args.seed,
             "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
@@ -348,13 +358,13 @@ def _main_subsets(args: argparse.Namespace) -> int:
             for t in ticks:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
                               args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours,
-                              args.hazard_prior))  # fmt: skip
+                              args.hazard_prior, args.checkpoint_seconds))  # fmt: skip
     runs = run_all(tasks, args, chunksize=4)
     total = len(list(itertools.combinations(names, args.subsets)))
     print(f"traces: {', '.join(args.traces)} ({len(names)} zones); {len(subsets)} of {total} "
           f"{args.subsets}-zone subsets, {args.starts} starts each")  # fmt: skip
     print(f"job: {args.work_hours:g} h of work, deadline {args.deadline_hours:g} h, restart {args.restart_hours:g} h, "
-          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB (seed {args.seed})\n")  # fmt: skip
+          f"checkpoint every {args.checkpoint_minutes:g} min of {args.checkpoint_gb:g} GB saved in {args.checkpoint_seconds:g} s (seed {args.seed})\n")  # fmt: skip
     summary = summarize_subsets(runs, policies)
     header = (
         f"{'policy':<18}{'subsets':>8}{'runs':>6}{'mean ratio':>12}{'worst subset':>14}{'worst start':>13}{'misses':>8}"
@@ -372,7 +382,8 @@ def _main_subsets(args: argparse.Namespace) -> int:
             "mode": "subsets", "policy": policy, **summary[policy], "k": args.subsets, "zones": len(names),
             "traces": args.traces, "work_hours": args.work_hours, "deadline_hours": args.deadline_hours,
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
-            "checkpoint_gb": args.checkpoint_gb, "starts": args.starts, "seed": args.seed,
+            "checkpoint_gb": args.checkpoint_gb, "checkpoint_seconds": args.checkpoint_seconds,
+            "starts": args.starts, "seed": args.seed,
             "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
             "max_subsets": args.max_subsets,
         }))  # fmt: skip

@@ -18,8 +18,10 @@ from typing import Any
 
 from spotfleet.errors import NotFound
 from spotfleet.model.job import Job, JobState
+from spotfleet.model.notice import spot_notice_seconds
 from spotfleet.model.snapshot import Snapshot
-from spotfleet.policies.market import SPOT_ONLY
+from spotfleet.policies.knobs import Knobs
+from spotfleet.policies.market import SPOT_ONLY, notice_checkpoint_fits
 from spotfleet.policies.selection import Scored, economics_of, rank
 from spotfleet.policies.shape import Shape, shape_of
 from spotfleet.policies.spotfleet import PlanResult, SpotfleetPolicy
@@ -208,6 +210,7 @@ def _deadline_outlook(
             "reclaims_per_h": round(view.hazard, 3), "expected_rest_of_run_h": round(1 / view.hazard, 2)
             if view.hazard > 0 else None,
         }  # fmt: skip
+    out["reclaim_loss"] = _reclaim_loss(job, view.spot_providers if view else (), policy.knobs)
     if slack is not None:
         out["slack"] = {
             "spendable_h": round(slack.spendable_h, 2), "expected_need_h": round(slack.need_mean_h, 2),
@@ -215,6 +218,25 @@ def _deadline_outlook(
             "usd_per_hour_of_slack": round(slack.value_per_h, 2), "summary": slack.describe(),
         }  # fmt: skip
     return out
+
+
+def _reclaim_loss(job: Job, providers: tuple[str, ...], knobs: Knobs) -> dict[str, Any]:
+    """Whether a reclaim on the job's spot clouds costs only a restart, or also the
+    work since its last checkpoint (``market.notice_checkpoint_fits``), and why."""
+    took = job.spec.checkpoint.duration
+    interval = job.spec.checkpoint.interval
+    fits = notice_checkpoint_fits(job.spec, providers, knobs)
+    notices = {p: spot_notice_seconds(p) for p in providers}
+    if knobs.trust_notice_checkpoint is not None:
+        why = f"trust_notice_checkpoint = {str(knobs.trust_notice_checkpoint).lower()} (policy knob)"
+    elif took is None:
+        why = "checkpoint.duration not given: assumed to fit the notice"
+    else:
+        shown = ", ".join(f"{p} {s:g} s" for p, s in notices.items()) or "none known: shortest assumed"
+        why = f"checkpoint takes {took.total_seconds():g} s; notice {shown}"
+    reserved = 0.0 if fits else (interval.total_seconds() / 3600.0 if interval is not None else None)
+    return {"checkpoint_s": took.total_seconds() if took is not None else None, "notice_s": notices,
+            "fits_notice": fits, "reserved_work_h": reserved, "summary": why}  # fmt: skip
 
 
 _VARYING = (

@@ -36,10 +36,13 @@ class Knobs:
     tick). Two of them are the derived deadline margin: between two decisions the slack
     falls by at most one step, and a move lands one step after it is ordered. None =
     unknown (the margin is then one restart delay)."""
-    trust_notice_checkpoint: bool = True
-    """A reclaim notice is long enough for the job to checkpoint (the drain protocol), so a
-    reclaim costs a restart, not the work since the last periodic checkpoint. False: reserve
-    the checkpoint interval (everything done, without one) against a failed notice checkpoint."""
+    trust_notice_checkpoint: bool | None = None
+    """Whether a reclaim notice is long enough for the job to checkpoint (the drain protocol),
+    so a reclaim costs a restart, not the work since the last periodic checkpoint. None =
+    derived per job and cloud: the job's ``checkpoint.duration`` against the cloud's notice
+    (``market.notice_checkpoint_fits``; no duration given: it fits). True/False: for every job
+    (False reserves the checkpoint interval, everything done without one, against a failed
+    notice checkpoint)."""
 
     max_migrations_per_plan: int = 10
     """Planned moves of running spot jobs to a cheaper pool per plan (bounds plan time and churn)."""

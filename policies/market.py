@@ -29,9 +29,10 @@ from datetime import datetime
 
 from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import Job, JobState
+from spotfleet.model.notice import SPOT_NOTICE_SECONDS, spot_notice_seconds
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
-from spotfleet.model.spec import Priority
+from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.shape import MIG_SLICES_PER_GPU
 from spotfleet.policies.slack import SlackOutlook, covers_outages
@@ -59,7 +60,10 @@ def decide_market(
     spot_hazard_per_h: float = 0.0,
     spot_refused: str | None = None,
     slack: SlackOutlook | None = None,
+    providers: Iterable[str] = (),
 ) -> MarketDecision:
+    """Which markets ``job`` may use now (the module docstring). ``providers``:
+    the clouds whose spot the job may be reclaimed on (``notice_checkpoint_fits``)."""
     spec = job.spec
     if spec.priority is Priority.CRITICAL:
         return MarketDecision(ON_DEMAND_ONLY, "critical jobs run on on-demand", urgent=True)
@@ -70,7 +74,7 @@ def decide_market(
     if spec.deadline is not None:
         return deadline_market(job, now=now, expected_hours=expected_hours, knobs=knobs, last_market=last_market,
                                spot_available=spot_available, spot_hazard_per_h=spot_hazard_per_h,
-                               spot_refused=spot_refused, slack=slack)  # fmt: skip
+                               spot_refused=spot_refused, slack=slack, providers=providers)  # fmt: skip
     return MarketDecision(EITHER, "no deadline: spot or on-demand by expected cost per unit of work")
 
 
@@ -97,7 +101,10 @@ class DeadlineThresholds:
     and ``m`` the margin (decision granularity):
 
     - ``reserve = d + lost + m``: what a job *on spot* must keep — if it is
-      reclaimed now it loses ``lost``, then restarts on on-demand (``d``);
+      reclaimed now it loses ``lost``, then restarts on on-demand (``d``).
+      ``lost`` is 0 when the job saves a checkpoint within the reclaim notice
+      of every cloud it may be on (``notice_checkpoint_fits``), else the
+      checkpoint interval (everything done, without one);
     - ``start = d + reserve``: what starting (or returning to) spot needs — its
       own restart, then the reserve;
     - ``back = start + m``: a job running on on-demand moves back to spot only
@@ -131,19 +138,46 @@ class DeadlineThresholds:
         return self.back + self.restart + self.margin
 
 
-def deadline_thresholds(job: Job, *, now: datetime, expected_hours: float, knobs: Knobs) -> DeadlineThresholds:
+def deadline_thresholds(
+    job: Job, *, now: datetime, expected_hours: float, knobs: Knobs, providers: Iterable[str] = ()
+) -> DeadlineThresholds:
+    """The job's slack levels now. ``providers``: the clouds whose spot it may be
+    reclaimed on (its instance's when it runs on spot), for ``lost``."""
     spec = job.spec
     assert spec.deadline is not None
     done = progress_hours(job, expected_hours)
     left = (spec.deadline - now).total_seconds() / 3600.0
     interval = spec.checkpoint.interval
-    # trusted: the drain protocol checkpoints within the notice, so a reclaim costs the restart only
     lost = interval.total_seconds() / 3600.0 if interval is not None else done
-    if knobs.trust_notice_checkpoint:
-        lost = 0.0
+    if notice_checkpoint_fits(spec, providers, knobs):
+        lost = 0.0  # the drain protocol checkpoints within the notice: a reclaim costs the restart only
     return DeadlineThresholds(
         left - max(0.0, expected_hours - done), knobs.restart_delay_h, lost, deadline_margin(knobs)
     )
+
+
+def notice_checkpoint_fits(spec: JobSpec, providers: Iterable[str], knobs: Knobs) -> bool:
+    """Does the job save its checkpoint within the reclaim notice of every cloud
+    in ``providers`` (none given: of the shortest notice known)?
+
+    Then a reclaim costs a restart; otherwise it also throws away the work
+    since the last periodic checkpoint, which deadline jobs must keep in
+    reserve. Derived from ``checkpoint.duration`` against each cloud's notice
+    (``spotfleet/model/notice.py``: AWS 120 s, GCP 30 s); a job that does not
+    say how long it takes is assumed to fit (the drain protocol asks for the
+    checkpoint the moment the notice arrives). ``Knobs.trust_notice_checkpoint``
+    True or False overrides the derivation for every job.
+
+    Why derived: a 60 s checkpoint fits AWS's notice and not GCP's, so one
+    constant is either wasteful on AWS or late on GCP (a 60 s checkpoint on GCP
+    missed 1 deadline of 30 with the old constant; docs/simulator.md)."""
+    if knobs.trust_notice_checkpoint is not None:
+        return knobs.trust_notice_checkpoint
+    took = spec.checkpoint.duration
+    if took is None:
+        return True
+    notices = [spot_notice_seconds(p) for p in providers] or [min(SPOT_NOTICE_SECONDS.values())]
+    return took.total_seconds() <= min(notices)
 
 
 def deadline_margin(knobs: Knobs) -> float:
@@ -234,6 +268,7 @@ def deadline_market(
     spot_hazard_per_h: float = 0.0,
     spot_refused: str | None = None,
     slack: SlackOutlook | None = None,
+    providers: Iterable[str] = (),
 ) -> MarketDecision:
     """Slack-reserve deadline policy for a job that is not running (``DeadlineThresholds``).
 
@@ -273,10 +308,11 @@ def deadline_market(
     a usable spot offering exists now (None: unknown → the ranking decides).
     ``last_market`` is accepted for callers' convenience; the decision does not
     depend on it. Unknown duration → on-demand: nothing can be promised.
+    ``providers``: the clouds of the spot pools the job may start on (``lost``).
     """
     if job.spec.deadline is None or expected_hours is None:
         return MarketDecision(ON_DEMAND_ONLY, "deadline but no expected duration: on-demand", urgent=True)
-    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs, providers=providers)
     if t.slack < t.start:
         return MarketDecision(
             ON_DEMAND_ONLY,
@@ -320,7 +356,9 @@ def has_progress(job: Job) -> bool:
     return isinstance(job.progress.get("fraction"), int | float) or isinstance(job.progress.get("done_s"), int | float)
 
 
-def should_leave_spot(job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs) -> str | None:
+def should_leave_spot(
+    job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs, providers: Iterable[str] = ()
+) -> str | None:
     """Why a RUNNING deadline job on spot should move to on-demand now, or None.
 
     Can't Be Late's argument: an unplanned interruption costs the restart
@@ -329,19 +367,21 @@ def should_leave_spot(job: Job, *, now: datetime, expected_hours: float | None, 
     falls below the ``reserve`` (an interruption plus the margin) but still
     covers a restart, move now — later it would be too late either way. Only
     for jobs that report progress: without it the schedule cannot be judged
-    and a running job is left alone.
+    and a running job is left alone. ``providers``: its instance's cloud.
     """
     spec = job.spec
     if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
         return None
-    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs, providers=providers)
     if t.restart < t.slack < t.reserve:
         return (f"deadline: slack {t.slack:.2f} h no longer covers an interruption "
                 f"({t.reserve:.2f} h with margin) but covers a planned move: to on-demand")  # fmt: skip
     return None
 
 
-def should_return_to_spot(job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs) -> str | None:
+def should_return_to_spot(
+    job: Job, *, now: datetime, expected_hours: float | None, knobs: Knobs, providers: Iterable[str] = ()
+) -> str | None:
     """Why a RUNNING deadline job on on-demand should move back to spot now, or None.
 
     The caller checks that a usable spot offering exists. The move is planned
@@ -350,11 +390,12 @@ def should_return_to_spot(job: Job, *, now: datetime, expected_hours: float | No
     the job still holds the reserve for a reclaim and an on-demand restart,
     and the hysteresis band ``m`` keeps it from bouncing. On on-demand the
     slack stays constant, so the decision is stable until spot appears.
+    ``providers``: the clouds of the spot pools it may return to.
     """
     spec = job.spec
     if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
         return None
-    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs)
+    t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs, providers=providers)
     if t.slack >= t.back:
         return f"deadline: slack {t.slack:.2f} h ≥ {t.back:.2f} h and spot is available: back to spot"
     return None

@@ -53,6 +53,7 @@ from spotfleet.policies.market import (
     deadline_thresholds,
     decide_market,
     has_progress,
+    notice_checkpoint_fits,
     outlives_restart,
     progress_hours,
     should_leave_spot,
@@ -128,7 +129,8 @@ class SpotfleetPolicy:
             hours = _known_hours(job.spec, forecast)
             why: str | None = None
             if market is Market.SPOT:
-                why = should_leave_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+                why = should_leave_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs,
+                                        providers=_providers_of(job, snapshot))  # fmt: skip
                 if why is None and migrations < self.knobs.max_migrations_per_plan:
                     why = self._migration(job, snapshot, forecast, index, fleet, hours)
                     migrations += why is not None
@@ -136,8 +138,9 @@ class SpotfleetPolicy:
                 econ = economics_of(job, forecast, self.knobs)
                 shape = shape_of(job.spec, forecast)
                 slack = self.slack_outlook(job, shape, index, forecast, now=snapshot.now, idle_without_spot=False)
-                if self._spot_worth(index, shape, econ, {}, slack) is None:
-                    why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+                if self._spot_worth(index, shape, econ, {}, slack, job.spec) is None:
+                    why = should_return_to_spot(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs,
+                                                providers=_spot_providers(index, shape))  # fmt: skip
                     if why is not None:
                         why = self._return_pays(job, shape, index, forecast, hours, why, now=snapshot.now)
             if why is not None:
@@ -152,6 +155,7 @@ class SpotfleetPolicy:
         econ: Economics,
         cache: dict[tuple[Any, ...], str | None],
         slack: SlackOutlook | None = None,
+        spec: JobSpec | None = None,
     ) -> str | None:
         """Why spot is not worth taking for a deadline job of this shape now, or
         None (``market.spot_worth``): the spot offering class with the least
@@ -161,12 +165,15 @@ class SpotfleetPolicy:
         ``value_per_h``, ``policies/slack.py``), added to the spot price: when
         the slack is short and the pools flap, spot's restarts cost more than
         on-demand's premium. Reads the cached offering classes only (no
-        ranking): ``plan_scale`` stays flat."""
-        lost = 0.0 if self.knobs.trust_notice_checkpoint else econ.lost_work_h
+        ranking): ``plan_scale`` stays flat. A reclaim also loses the work since
+        the last checkpoint (``econ.lost_work_h``) in a class whose cloud's
+        notice is too short for the job's checkpoint (``notice_checkpoint_fits``;
+        ``spec`` None: it fits)."""
         # per node-hour: a gang of n nodes is reclaimed at n × the pool's hazard, each reclaim spending the
         # whole job's slack, so a node-hour bears hazard × the job's price of one reclaim
         per_reclaim = slack.reclaim_slack_h * slack.value_per_h if slack else 0.0
-        key = (shape, lost, round(per_reclaim, 4))
+        took = spec.checkpoint.duration if spec is not None else None
+        key = (shape, econ.lost_work_h, took, round(per_reclaim, 4))
         if key in cache:
             return cache[key]
         d = self.knobs.restart_delay_h
@@ -177,6 +184,8 @@ class SpotfleetPolicy:
                 continue
             price = (c.members[0].price_per_hour + c.hazard * per_reclaim) / (c.per * c.speed)
             candidate = SpotOffer(price, c.hazard * shape.nodes)
+            fits = spec is None or notice_checkpoint_fits(spec, (c.members[0].provider,), self.knobs)
+            lost = 0.0 if fits else econ.lost_work_h
             cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
             if cost < best:
                 best, offer = cost, candidate
@@ -214,10 +223,11 @@ class SpotfleetPolicy:
         inst = snapshot.instances.get(job.bindings[0].instance_id)
         if inst is None or inst.state is not InstanceState.RUNNING:
             return None
-        t = deadline_thresholds(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs)
+        shape = shape_of(job.spec, forecast)
+        t = deadline_thresholds(job, now=snapshot.now, expected_hours=hours, knobs=self.knobs,
+                                providers=_spot_providers(index, shape))  # fmt: skip
         if t.slack - t.restart < t.start:
             return None  # the move would leave too little slack to survive a reclaim after it
-        shape = shape_of(job.spec, forecast)
         econ = economics_of(job, forecast, self.knobs)
         ranked = index.ranked(shape, SPOT_ONLY, econ, group=1)
         if not len(ranked):
@@ -272,7 +282,7 @@ class SpotfleetPolicy:
         view = _market_view(index, shape)
         if hours is None or view is None or job.spec.deadline is None:
             return None
-        t = deadline_thresholds(job, now=now, expected_hours=hours, knobs=self.knobs)
+        t = deadline_thresholds(job, now=now, expected_hours=hours, knobs=self.knobs, providers=view.spot_providers)
         return outlook(
             spendable_h=t.slack - t.start,
             work_left_h=max(0.0, hours - progress_hours(job, hours)),
@@ -389,7 +399,7 @@ class SpotfleetPolicy:
                 if not virtual:
                     slack = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=not spot_now)
                 if classes:
-                    refused = self._spot_worth(index, shape, econ, worth, slack)
+                    refused = self._spot_worth(index, shape, econ, worth, slack, spec)
                 if spot_hazard is None:
                     spot_hazard = min((forecast.hazard(o) for o in snapshot.offerings if o.market is Market.SPOT),
                                       default=0.0)  # fmt: skip
@@ -405,6 +415,7 @@ class SpotfleetPolicy:
                 # the outlook's outage rule is for the market being down, not for our own fleet
                 # holding every slot of it (then the job waits for room like any other)
                 slack=slack if spot_now or _market_down(index, shape) else None,
+                providers=_spot_providers(index, shape),
             )
             result.markets[job.id] = decision
             d = Demand(
@@ -519,6 +530,7 @@ class MarketView:
     # pool's mean up run. ``hazard`` is the age-aware rate, so just after a blip this is
     # higher than the pool's average; the figures in docs/simulator.md are measured with it
     long_run_hazard: float = 0.0
+    spot_providers: tuple[str, ...] = ()  # the clouds of its spot pools (``market.notice_checkpoint_fits``)
 
 
 def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
@@ -543,9 +555,24 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
         mean_up = index.forecast.pool_supply(cheapest).mean_up_h
         hazard = index.hazard_of(cheapest)
         long_run = max(hazard, 1.0 / mean_up if mean_up > 0 else 0.0)
-        view = MarketView(cheapest.price_per_hour, min(o.price_per_hour for o in od), hazard, supply, long_run)
+        view = MarketView(cheapest.price_per_hour, min(o.price_per_hour for o in od), hazard, supply, long_run,
+                          tuple(sorted({o.provider for o in spot})))  # fmt: skip
     cache[shape] = view
     return view
+
+
+def _spot_providers(index: OfferingIndex, shape: Shape) -> tuple[str, ...]:
+    """The clouds whose spot pools the shape may use (none: no market view)."""
+    view = _market_view(index, shape)
+    return view.spot_providers if view is not None else ()
+
+
+def _providers_of(job: Job, snapshot: Snapshot) -> tuple[str, ...]:
+    """The clouds of the instances ``job`` runs on."""
+    found = {
+        snapshot.instances[b.instance_id].offering.provider for b in job.bindings if b.instance_id in snapshot.instances
+    }
+    return tuple(sorted(found))
 
 
 def _market_down(index: OfferingIndex, shape: Shape) -> bool:

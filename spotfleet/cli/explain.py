@@ -47,6 +47,14 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
                   f"{market['reclaims_per_h']:.2f} reclaims/h")  # fmt: skip
     if slack := deadline.get("slack"):
         out.print(f"deadline slack: {slack['summary']}")
+    if loss := deadline.get("reclaim_loss"):
+        if loss["fits_notice"]:
+            cost = "a restart"
+        elif loss["reserved_work_h"] is None:
+            cost = "a restart and all work done (no periodic checkpoint), held in reserve"
+        else:
+            cost = f"a restart and up to {loss['reserved_work_h']:.2f} h of work, held in reserve"
+        out.print(f"a reclaim costs {cost} ({loss['summary']})")
     if data.get("placement"):
         t = Table(title="placement", show_edge=False)
         for col in ("node", "instance", "type", "zone", "market", "GPUs"):

@@ -115,6 +115,12 @@ class CheckpointSpec(StrictModel):
     size_gib: float = Field(
         0, ge=0, le=1e7, description="checkpoint size: resuming in another region or cloud moves it (egress)"
     )
+    duration: Duration | None = Field(
+        None,
+        description="how long the job takes to save a checkpoint once asked; longer than a cloud's reclaim "
+        "notice (AWS 120s, GCP 30s), a reclaim there loses the work since the last periodic checkpoint, and "
+        "deadline jobs keep that in reserve (default: unknown, assumed to fit)",
+    )
 
     @field_validator("signal")
     @classmethod

@@ -40,11 +40,12 @@ from spotfleet.clock import Clock
 from spotfleet.errors import InstanceNotFound, InsufficientCapacity, NotOwned, PermanentError
 from spotfleet.model.events import InstanceEvent, NoticeKind
 from spotfleet.model.interconnect import interconnect_of
+from spotfleet.model.notice import SPOT_NOTICE_SECONDS
 from spotfleet.model.offering import Market, Offering, Offerings
 from spotfleet.providers.base import TAG_CLUSTER, CloudState, LaunchRequest, ProviderInstance
 from spotfleet.sim.traces import TraceSet, ZoneTrace
 
-NOTICE_SECONDS: Mapping[str, float] = {"aws": 120.0, "gcp": 30.0}
+NOTICE_SECONDS: Mapping[str, float] = SPOT_NOTICE_SECONDS
 DEFAULT_NOTICE_SECONDS = 120.0
 TERMINATED_RETENTION = timedelta(hours=1)  # terminated instances stay listed this long
 

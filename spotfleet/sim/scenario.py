@@ -106,6 +106,7 @@ def run_single_job(
         start_tick=start_tick,
         checkpoint_interval=checkpoint_interval,
         checkpoint_gb=checkpoint_gb,
+        checkpoint_seconds=base.checkpoint_seconds,
     )
     sim_settings = SimSettings(
         restart_seconds=restart_hours * 3600,

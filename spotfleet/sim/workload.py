@@ -116,11 +116,16 @@ def single_job(
     start_tick: int,
     checkpoint_interval: timedelta | None = None,
     checkpoint_gb: float = 0.0,
+    checkpoint_seconds: float | None = None,
 ) -> WorkItem:
     """Scenario (a): one job of ``work_hours`` on one instance of the traces' type,
     due ``deadline_hours`` after ``start_tick``; its spec declares the checkpoint
-    size the simulator charges egress for, so policies can price a move."""
+    size the simulator charges egress for, so policies can price a move, and
+    how long its checkpoint takes (``checkpoint_seconds``, the simulator's
+    ``SimSettings.checkpoint_seconds``), so they can tell whether it fits a notice."""
     checkpoint: dict[str, float] = {"size_gib": checkpoint_gb} if checkpoint_gb else {}
+    if checkpoint_seconds is not None:
+        checkpoint["duration"] = checkpoint_seconds
     if checkpoint_interval:
         checkpoint["interval"] = checkpoint_interval.total_seconds()
     types = traces.instance_types()

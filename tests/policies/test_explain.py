@@ -111,6 +111,23 @@ def test_a_deadline_job_shows_its_spot_market_and_slack_outlook() -> None:
     assert market["cheapest_spot_per_h"] == 0.4 and market["on_demand_per_h"] == 1.2
     slack = out["slack"]
     assert slack["spendable_h"] < 2.0 and 0 < slack["p_runs_out"] <= 1 and "P(runs out)" in slack["summary"]
+    assert out["reclaim_loss"] == {"checkpoint_s": None, "notice_s": {"aws": 120.0}, "fits_notice": True,
+                                   "reserved_work_h": 0.0,
+                                   "summary": "checkpoint.duration not given: assumed to fit the notice"}  # fmt: skip
+
+
+def test_explain_says_when_a_checkpoint_outlasts_the_notice() -> None:
+    from datetime import timedelta
+
+    from .builders import T0
+
+    spot = offering("a3-highgpu-8g", "H100", 8, 25.0, market=Market.SPOT, on_demand=88.0, provider="gcp")
+    od = offering("a3-highgpu-8g", "H100", 8, 88.0, provider="gcp")
+    d = job("d", deadline=(T0 + timedelta(hours=12)).isoformat(), expected_duration="10h",
+            resources={"gpus": 8}, checkpoint={"interval": "30m", "duration": "60s"})  # fmt: skip
+    loss = explain_job(snapshot(jobs=[d], offerings=[spot, od]), "d").to_dict()["extra"]["deadline"]["reclaim_loss"]
+    assert loss["fits_notice"] is False and loss["reserved_work_h"] == 0.5
+    assert loss["summary"] == "checkpoint takes 60 s; notice gcp 30 s"
 
 
 def test_cli_explain_prints_a_deadline_jobs_market_and_slack(tmp_path: Path) -> None:
@@ -120,3 +137,4 @@ def test_cli_explain_prints_a_deadline_jobs_market_and_slack(tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["explain", "--spec", str(spec)])
     assert result.exit_code == 0, result.output
     assert "spot market: available" in result.output and "deadline slack:" in result.output
+    assert "a reclaim costs a restart (checkpoint.duration not given" in result.output

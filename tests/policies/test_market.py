@@ -11,7 +11,7 @@ from spotfleet.model.job import Job, JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Drain, Preempt
 from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market
+from spotfleet.policies.market import EITHER, ON_DEMAND_ONLY, SPOT_ONLY, decide_market, notice_checkpoint_fits
 from spotfleet.policies.spotfleet import SpotfleetPolicy
 
 from .builders import T0, binds, instance, job, launches, offering, running, snapshot
@@ -171,6 +171,39 @@ def test_running_deadline_job_moves_off_spot_while_a_planned_move_still_fits() -
     assert move.kind is None  # a planned move, not a notice
     assert len(on_spot(timedelta(minutes=22) + S)) == 1  # slack just over 10 min: a move still fits
     assert on_spot(timedelta(minutes=22) - S) == []  # under a restart: too late to move, stay and hope
+
+
+def test_the_reserve_holds_the_interval_where_the_checkpoint_outlasts_the_cloud_notice() -> None:
+    # A 60 s checkpoint fits AWS's 120 s notice and not GCP's 30 s: the same job on the same
+    # slack stays on AWS spot and moves off GCP spot (default knobs: derived per cloud).
+    deadline = T0 + timedelta(hours=10)
+
+    def moves(provider: str, took: str | None, knobs: Knobs = KNOBS) -> list[Any]:
+        spot = instance("spot", offering("g5.xlarge", "A10G", 1, 0.3, market=Market.SPOT, on_demand=1.0,
+                                         provider=provider))  # fmt: skip
+        checkpoint = {"interval": "30m"} | ({"duration": took} if took else {})
+        j = running("d", spot, (0,), deadline=deadline.isoformat(), expected_duration="4h",
+                    checkpoint=checkpoint, progress={"fraction": 0.95})  # fmt: skip
+        # 12 min of work left, slack 40 min: above d + m = 20 min, below d + 30 + m = 50 min
+        snap = snapshot(jobs=[j], instances=[spot], offerings=[], now=deadline - timedelta(minutes=52))
+        return _moves(SpotfleetPolicy(knobs).decide(snap))
+
+    assert moves("aws", "60s") == []
+    (move,) = moves("gcp", "60s")
+    assert isinstance(move, Drain) and "covers a planned move: to on-demand" in move.reason
+    assert moves("gcp", "30s") == []  # fits the 30 s notice exactly
+    assert moves("gcp", None) == []  # unknown: assumed to fit, as before
+    assert moves("local", "60s") != []  # a cloud of unknown notice gets the shortest known
+    assert moves("gcp", "60s", Knobs(trust_notice_checkpoint=True)) == []  # the knob overrides both ways
+    assert moves("aws", None, WORST) != []
+
+
+def test_notice_checkpoint_fits_against_the_shortest_notice_of_the_clouds_given() -> None:
+    slow = job("s", checkpoint={"duration": "90s"}).spec
+    assert notice_checkpoint_fits(slow, ["aws"], KNOBS)
+    assert not notice_checkpoint_fits(slow, ["aws", "gcp"], KNOBS)  # may land on GCP: not trusted
+    assert not notice_checkpoint_fits(slow, [], KNOBS)  # no cloud known: the shortest notice
+    assert notice_checkpoint_fits(job("q").spec, ["gcp"], KNOBS)  # no duration declared
 
 
 def _on_demand_job(left: timedelta, *, fraction: float = 0.95) -> tuple[Job, Instance, Any]:

@@ -209,3 +209,53 @@ def test_uniform_progress_stays_in_its_region_greedy_does_not(make_set: MakeSet)
     greedy = run(traces, "greedy", work=2, deadline=8)
     assert [(b.zone, b.market) for b in greedy.bills] == [("us-east-1a", Market.SPOT), ("us-west-2a", Market.SPOT)]
     assert greedy.cost < up.cost
+
+
+def _short_notice_trace(make_set: MakeSet) -> TraceSet:
+    # GCP (30 s notice), spot for 70 minutes, gone for 30, then back.
+    return make_set(
+        trace_file("us-central1-a", [1] * 7 + [0] * 3 + [1] * 30, tick=TICK, cloud="gcp",
+                   instance_type="a3-highgpu-8g", spot=10.0, on_demand=80.0),
+    )  # fmt: skip
+
+
+def test_a_checkpoint_longer_than_the_notice_keeps_its_interval_in_reserve(
+    make_set: MakeSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2 h of work, 50 min of slack, a 60 s checkpoint every 30 min on GCP's 30 s notice.
+    # Trusting the notice, spot needs only d + m + d = 36 min of slack to start: the job
+    # takes spot, the reclaim at 4200 s throws away the 1680 s done since its checkpoint
+    # at 1800 s of work, and the restart after it no longer fits: late. Derived from the
+    # spec's checkpoint.duration (60 s > 30 s), the reserve holds the 30 min interval,
+    # starting on spot needs 66 min, and the job runs on on-demand: on time.
+    from spotfleet.policies.knobs import Knobs
+    from spotfleet.policies.spotfleet import SpotfleetPolicy
+
+    traces = _short_notice_trace(make_set)
+    kwargs: dict[str, object] = {"work": 2, "deadline": 2 + 50 / 60, "checkpoint_interval": timedelta(minutes=30),
+                                 "settings": SimSettings(checkpoint_seconds=60)}  # fmt: skip
+    derived = run(traces, "spotfleet", **kwargs)  # type: ignore[arg-type]
+    assert derived.deadline_misses == 0
+    assert [s[0] for s in spans(derived)] == ["on_demand"]
+
+    import spotfleet.sim.scenario as scenario
+
+    # the old constant: every job trusts the notice
+    trusting = SpotfleetPolicy(
+        Knobs(trust_notice_checkpoint=True, restart_delay_h=0.2, decision_interval_h=TICK / 3600)
+    )
+    monkeypatch.setattr(scenario, "make_policy", lambda *a, **k: trusting)
+    trusted = run(traces, "spotfleet", **kwargs)  # type: ignore[arg-type]
+    assert spans(trusted)[0] == ("spot", 0.0, 4200.0)
+    assert trusted.jobs[0].lost_seconds == pytest.approx(1680)
+    assert trusted.deadline_misses == 1
+
+
+def test_a_checkpoint_within_the_notice_takes_spot(make_set: MakeSet) -> None:
+    # The same job saving in 20 s fits GCP's notice: spot, and the reclaim costs a restart only.
+    traces = _short_notice_trace(make_set)
+    result = run(traces, "spotfleet", work=2, deadline=2 + 50 / 60, checkpoint_interval=timedelta(minutes=30),
+                 settings=SimSettings(checkpoint_seconds=20))  # fmt: skip
+    assert spans(result)[0][0] == "spot"
+    assert result.jobs[0].lost_seconds == 0
+    assert result.deadline_misses == 0
