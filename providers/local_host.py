@@ -8,6 +8,10 @@ in a new session. Like a cloud VM it has:
 - the node agent, restarted if it dies, as systemd would;
 - a reclaim: when a spot notice's deadline passes, every process of its session
   — agent and jobs alike — is killed, as the cloud taking the machine would.
+- a termination: SIGTERM from the provider, or the provider's ``terminated``
+  marker, which the host also watches. The provider finds the host's pid only
+  in ``host.json``, written once the host is up, so an instance terminated in
+  its first moments is ended through the marker, not left running.
 
 DIR holds ``instance.json`` (written by the provider), ``agent.yaml`` and
 ``host.json`` (pid, session, metadata URL).
@@ -78,6 +82,8 @@ def main(directory: str) -> int:
     agent: subprocess.Popen[bytes] | None = None
     with open(root / "agent.log", "ab") as log:
         while not stopping:
+            if (root / "terminated").exists():
+                break  # the provider terminated us, possibly before host.json told it whom to signal
             reclaim_at = metadata.deadlines.get("spot")
             if reclaim_at is not None and datetime.now(UTC) >= reclaim_at:
                 (root / "reclaimed").write_text(_now())
