@@ -156,7 +156,7 @@ def deadline_thresholds(
     )
 
 
-def notice_checkpoint_fits(spec: JobSpec, providers: Iterable[str], knobs: Knobs) -> bool:
+def notice_checkpoint_fits(spec: JobSpec | None, providers: Iterable[str], knobs: Knobs) -> bool:
     """Does the job save its checkpoint within the reclaim notice of every cloud
     in ``providers`` (none given: of the shortest notice known)?
 
@@ -165,15 +165,16 @@ def notice_checkpoint_fits(spec: JobSpec, providers: Iterable[str], knobs: Knobs
     reserve. Derived from ``checkpoint.duration`` against each cloud's notice
     (``spotfleet/model/notice.py``: AWS 120 s, GCP 30 s); a job that does not
     say how long it takes is assumed to fit (the drain protocol asks for the
-    checkpoint the moment the notice arrives). ``Knobs.trust_notice_checkpoint``
-    True or False overrides the derivation for every job.
+    checkpoint the moment the notice arrives), and so is a caller with no spec
+    to derive it from. ``Knobs.trust_notice_checkpoint`` True or False
+    overrides the derivation for every job, spec or none.
 
     Why derived: a 60 s checkpoint fits AWS's notice and not GCP's, so one
     constant is either wasteful on AWS or late on GCP (a 60 s checkpoint on GCP
     missed 1 deadline of 30 with the old constant; docs/simulator.md)."""
     if knobs.trust_notice_checkpoint is not None:
         return knobs.trust_notice_checkpoint
-    took = spec.checkpoint.duration
+    took = spec.checkpoint.duration if spec is not None else None
     if took is None:
         return True
     notices = [spot_notice_seconds(p) for p in providers] or [min(SPOT_NOTICE_SECONDS.values())]

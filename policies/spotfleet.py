@@ -168,7 +168,7 @@ class SpotfleetPolicy:
         ranking): ``plan_scale`` stays flat. A reclaim also loses the work since
         the last checkpoint (``econ.lost_work_h``) in a class whose cloud's
         notice is too short for the job's checkpoint (``notice_checkpoint_fits``;
-        ``spec`` None: as ``Knobs.trust_notice_checkpoint`` says, unset = it fits)."""
+        ``spec`` None: the knob, unset = it fits)."""
         # per node-hour: a gang of n nodes is reclaimed at n × the pool's hazard, each reclaim spending the
         # whole job's slack, so a node-hour bears hazard × the job's price of one reclaim
         per_reclaim = slack.reclaim_slack_h * slack.value_per_h if slack else 0.0
@@ -184,10 +184,7 @@ class SpotfleetPolicy:
                 continue
             price = (c.members[0].price_per_hour + c.hazard * per_reclaim) / (c.per * c.speed)
             candidate = SpotOffer(price, c.hazard * shape.nodes)
-            if spec is not None:
-                fits = notice_checkpoint_fits(spec, (c.members[0].provider,), self.knobs)
-            else:  # no spec to derive it from: the knob, else assumed to fit
-                fits = self.knobs.trust_notice_checkpoint is not False
+            fits = notice_checkpoint_fits(spec, (c.members[0].provider,), self.knobs)
             lost = 0.0 if fits else econ.lost_work_h
             cost = spot_cost_per_work(candidate, restart_h=d, lost_h=lost)
             if cost < best:

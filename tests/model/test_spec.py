@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+import yaml
 
 from spotfleet.errors import InvalidSpec
-from spotfleet.model.spec import Priority, load_specs
+from spotfleet.model.spec import JobSpec, Priority, load_specs
 
 GOOD = """
 name: train-resnet
@@ -69,13 +72,6 @@ def test_bad_input_is_one_line_naming_the_field(text: str, field: str, hint: str
 
 def test_the_checkpointing_docs_periodic_example_is_a_valid_checkpoint_section() -> None:
     """docs/checkpointing.md's ``checkpoint:`` example (with ``duration``) parses as written."""
-    import re
-    from pathlib import Path
-
-    import yaml
-
-    from spotfleet.model.spec import JobSpec
-
     text = (Path(__file__).resolve().parents[2] / "docs" / "checkpointing.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "duration:" in b)
     spec = JobSpec.model_validate({"name": "a", "command": "x", **yaml.safe_load(block)})

@@ -204,6 +204,10 @@ def test_notice_checkpoint_fits_against_the_shortest_notice_of_the_clouds_given(
     assert not notice_checkpoint_fits(slow, ["aws", "gcp"], KNOBS)  # may land on GCP: not trusted
     assert not notice_checkpoint_fits(slow, [], KNOBS)  # no cloud known: the shortest notice
     assert notice_checkpoint_fits(job("q").spec, ["gcp"], KNOBS)  # no duration declared
+    # no spec to derive it from (a caller ranking offerings alone): the knob, unset = it fits
+    assert notice_checkpoint_fits(None, ["gcp"], KNOBS)
+    assert not notice_checkpoint_fits(None, ["aws"], WORST)
+    assert notice_checkpoint_fits(None, ["gcp"], Knobs(trust_notice_checkpoint=True))
 
 
 def _on_demand_job(left: timedelta, *, fraction: float = 0.95) -> tuple[Job, Instance, Any]:
