@@ -14,7 +14,7 @@ from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.capacity import Usage
 from spotfleet.model.changes import AttemptEnd, AttemptRunning, AttemptStart, Changes, EventRecord
 from spotfleet.model.instance import Instance, InstanceState
-from spotfleet.model.job import ACTIVE_JOB_STATES, Binding, Job, JobState
+from spotfleet.model.job import ACTIVE_JOB_STATES, Binding, Job, JobState, progress_at_checkpoint
 from spotfleet.model.snapshot import Snapshot
 
 
@@ -84,9 +84,15 @@ class StepState:
         )
 
     def requeue(self, job: Job, *, reason: str, outcome: str, interrupted: bool = False) -> None:
-        """Back to PENDING to resume from its last checkpoint."""
+        """Back to PENDING to resume from its last checkpoint: the progress the
+        deadline rules read rolls back to that checkpoint's step too
+        (``progress_at_checkpoint``), so work the attempt did not save stops counting."""
         if interrupted:
             job.interruptions += 1
+        resumed = progress_at_checkpoint(job.progress, job.checkpoint)
+        if resumed is not job.progress:
+            reason += f"; progress rolled back from step {job.progress['step']} to the checkpoint's {resumed['step']}"
+            job.progress = resumed
         self.job_to(job, JobState.PENDING, reason=reason, outcome=outcome)
 
     def touch_job(self, job: Job) -> None:

@@ -171,6 +171,46 @@ class Checkpoint:
                    data.get("provider"), data.get("region"))  # fmt: skip
 
 
+def progress_at_checkpoint(progress: dict[str, Any], checkpoint: Checkpoint | None) -> dict[str, Any]:
+    """The progress a requeued job resumes with: its last report, rolled back to
+    the step of the checkpoint it resumes from.
+
+    Why: a report counts the work done since the last checkpoint too. An attempt
+    that ends without saving (reclaimed while a save longer than the notice was
+    still being written, killed after a drain's grace, crashed, its agent lost)
+    throws that work away, and until the next attempt reports, the deadline rules
+    would read a slack too high by up to a checkpoint interval.
+
+    Only a report with an integer ``step`` can be rolled back: ``step`` becomes
+    the checkpoint's (0 with no checkpoint: the job starts over), and ``fraction``
+    and ``done_s`` scale with it (taken as proportional to steps). A report
+    without a step, or a checkpoint without one, is returned as it is; progress
+    only ever moves back.
+    """
+    share = checkpoint_share(progress, checkpoint)
+    if share is None or share >= 1.0:
+        return progress
+    out = dict(progress, step=0 if checkpoint is None else checkpoint.step)
+    for key in ("fraction", "done_s"):
+        value = progress.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[key] = round(value * share, 6)
+    return out
+
+
+def checkpoint_share(progress: dict[str, Any], checkpoint: Checkpoint | None) -> float | None:
+    """The share of the reported progress that the checkpoint holds (0 with none,
+    1 when it is at the reported step), or None when the reports cannot say: no
+    integer ``step`` reported, a checkpoint without one, or one ahead of it."""
+    step = progress.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        return None
+    resume = 0 if checkpoint is None else checkpoint.step
+    if not isinstance(resume, int) or isinstance(resume, bool) or not 0 <= resume <= step:
+        return None
+    return resume / step
+
+
 @dataclass(slots=True)
 class Job:
     """A submitted job and where it stands."""

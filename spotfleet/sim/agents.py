@@ -15,7 +15,11 @@ agents report follows this model (docs/simulator.md):
   working and exits with the checkpointed exit code ``checkpoint_seconds`` later;
   with less time it is killed at the deadline and keeps only its periodic
   checkpoint; an instance reclaimed before the save completes loses the same way;
-- a job that reaches its work exits 0 that very second.
+- a job that reaches its work exits 0 that very second;
+- rank 0 reports each checkpoint once it is written (a periodic one as it is
+  saved, a requested one when its save completes), and progress with a
+  ``step`` (a second of work) in the checkpoint step's unit, as a real job does
+  through ``spotfleet.checkpoint``: a requeued job's progress rolls back to it.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ class JobTrack:
     interval: float | None = None  # periodic checkpoint, seconds of productive time
     checkpoint_seconds: float = 30.0
     saved: float = 0.0  # durable progress: what a restart resumes from
-    saved_at: datetime | None = None
+    saved_at: datetime | None = None  # when that checkpoint was written
     attempt: int = 0
     ranks: set[int] = field(default_factory=set)
     started: datetime | None = None  # every node up: the attempt's clock runs
@@ -67,11 +71,19 @@ class JobTrack:
 
     def periodic(self, at: datetime) -> float:
         """Progress saved by periodic checkpoints by ``at``."""
+        return self._periodic(at)[0]
+
+    def _periodic(self, at: datetime) -> tuple[float, datetime | None]:
+        """The current attempt's latest periodic checkpoint by ``at``: (progress, when
+        it was written), or (``saved``, ``saved_at``) when it has written none."""
         if self.started is None or not self.interval:
-            return self.saved
+            return self.saved, self.saved_at
         until = at if self.stopped_at is None else min(at, self.stopped_at)
         productive = max(0.0, (until - self.started).total_seconds() - self.restart)
-        return min(self.base + math.floor(productive / self.interval) * self.interval, self.work)
+        made = min(math.floor(productive / self.interval) * self.interval, self.work - self.base)
+        if made <= 0:
+            return self.saved, self.saved_at
+        return self.base + made, self.started + timedelta(seconds=self.restart + made)
 
     def completion_at(self) -> datetime | None:
         if self.started is None or self.stopped_at is not None or self.exit_at is not None:
@@ -130,15 +142,16 @@ class JobTrack:
     def _settle(self, at: datetime) -> None:
         """Fold the attempt's outcome into the durable progress."""
         reached = self.done(at)
+        when: datetime | None
         if self.exit_code == 0:
-            keep = self.work
+            keep, when = self.work, at
             self.finished_at = self.finished_at or at
         elif self.exit_code == CHECKPOINTED_EXIT and self.stopped_at is not None:
-            keep = self.stop_progress
+            keep, when = self.stop_progress, self.stopped_at
         else:
-            keep = self.periodic(at)
-        if keep > self.saved:
-            self.saved, self.saved_at = keep, at
+            keep, when = self._periodic(at)
+        if keep > self.saved and when is not None:
+            self.saved, self.saved_at = keep, when
         self.lost_seconds += max(reached - keep, 0.0)
         self.settled = True
 
@@ -160,16 +173,17 @@ class JobTrack:
         self.update(at)
         done = self.done(at) if self.exit_code != 0 else self.work
         progress = {
+            "step": int(done),  # a step is a second of work: the unit of the checkpoint's step
             "done_s": round(done, 3),
             "fraction": round(done / self.work, 6) if self.work else 1.0,
         }
-        checkpoint = None
-        if self.saved_at is not None or self.stopped_at is not None:
-            when = self.stopped_at or self.saved_at
-            assert when is not None
-            saved = self.stop_progress if self.stopped_at is not None else self.saved
-            checkpoint = CheckpointInfo(path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when)
         exited = self.exit_at is not None and self.exit_at <= at
+        checkpoint = None
+        saved, when = self._periodic(at)  # as a real job reports each save once written
+        if exited and self.exit_code == CHECKPOINTED_EXIT and self.stopped_at is not None:
+            saved, when = self.stop_progress, self.stopped_at  # the save on request, once it is complete
+        if when is not None:
+            checkpoint = CheckpointInfo(path=f"sim://{self.job_id}/{int(saved)}", step=int(saved), at=when)
         return JobStatus(
             job_id=self.job_id,
             attempt=self.attempt,

@@ -13,10 +13,12 @@ Each wake-up at virtual time ``T`` does, in order:
 
 Then the clock jumps to the next moment anything can happen: the next trace tick
 while some job waits or some instance is idle or draining (policies decide on
-time there), otherwise the next tick where the traces change; any provider event
-(a notice becoming due, a reclaim), any job event (restart delay over, work
-done, checkpoint written), the next arrival. A 120 s notice is therefore seen
-when it is given, not at the next 195 s tick.
+time there), or while a deadline job runs on spot with a save longer than the
+notice (the work a reclaim would lose grows), otherwise the next tick where the
+traces change; any provider event (a notice becoming due, a reclaim), any job
+event (restart delay over, work done, a requested save written), the next
+arrival. A 120 s notice is therefore seen when it is given, not at the next
+195 s tick.
 
 Design choice: the store is an in-memory SQLite database migrated like
 production, and nothing here reads the wall clock, so a run is deterministic:
@@ -40,9 +42,10 @@ from spotfleet.controller.agents import Unauthorized
 from spotfleet.controller.controller import Controller
 from spotfleet.controller.settings import PlanSettings
 from spotfleet.model.instance import InstanceState
-from spotfleet.model.job import JobState
+from spotfleet.model.job import Job, JobState
+from spotfleet.model.notice import spot_notice_seconds
 from spotfleet.model.offering import Market
-from spotfleet.model.snapshot import sequential_ids
+from spotfleet.model.snapshot import Snapshot, sequential_ids
 from spotfleet.model.spec import JobSpec
 from spotfleet.policies.base import Policy
 from spotfleet.providers.base import CloudState
@@ -422,6 +425,8 @@ class Simulation:
             )
             if on_demand and job.spec.deadline is not None and not job.terminal and self._moves_running:
                 return True  # a deadline policy may move it back to spot as time passes
+            if self._at_risk_on_spot(job, snap) and job.spec.deadline is not None and self._moves_running:
+                return True  # the work a reclaim would throw away grows as time passes
         for inst in snap.instances.values():
             if inst.live and (inst.state is not I.RUNNING or inst.id not in hosting):
                 return True
@@ -429,6 +434,21 @@ class Simulation:
             t.started is None or (t.productive_from() or now) > now
             for t in self.tracks.values()
             if t.finished_at is None
+        )
+
+    def _at_risk_on_spot(self, job: Job, snap: Snapshot) -> bool:
+        """Does ``job`` run on spot with a save longer than that cloud's notice?
+        Then a reclaim throws away the work since its last checkpoint, which
+        grows with every tick: a policy may leave spot for it at any tick, as the
+        live controller, stepping every interval, would see."""
+        track = self.tracks.get(job.id)
+        if track is None or job.terminal:
+            return False
+        return any(
+            inst is not None
+            and inst.market is Market.SPOT
+            and track.checkpoint_seconds > spot_notice_seconds(inst.offering.provider)
+            for inst in (snap.instances.get(b.instance_id) for b in job.bindings)
         )
 
     def _next_wake(self, now: datetime, arrivals: Sequence[WorkItem]) -> datetime | None:

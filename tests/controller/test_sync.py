@@ -121,6 +121,35 @@ def test_terminated_loses_the_instance_and_requeues_from_the_checkpoint() -> Non
     assert [a.outcome for a in step.changes.attempts_ended] == ["lost"]
 
 
+def test_a_lost_instance_rolls_the_jobs_progress_back_to_its_checkpoint() -> None:
+    """The work since the checkpoint is gone: the slack the deadline rules read
+    must not count it until the resumed attempt reports (issue 12)."""
+    from spotfleet.model.job import Checkpoint
+
+    inst = on("i1")
+    run = running("j1", inst, (0,))
+    run.checkpoint = Checkpoint("s3://c/600", 600, T0 - timedelta(minutes=20), 1)
+    run.progress = {"step": 1000, "fraction": 0.5}
+    step = step_of(snapshot(jobs=[run], instances=[inst]))
+    apply_notices(step, [notice(inst, NoticeKind.TERMINATED, in_s=None)])
+    assert run.state is J.PENDING and run.progress == {"step": 600, "fraction": 0.3}
+    (ended,) = [e for e in step.changes.events if e.kind == "job.pending"]
+    assert "progress rolled back from step 1000 to the checkpoint's 600" in ended.message
+
+
+def test_a_checkpointed_exit_keeps_the_progress_it_saved() -> None:
+    from spotfleet.model.job import Checkpoint
+
+    inst = on("i1")
+    j = running("j1", inst, (0,))
+    saved = Checkpoint("s3://c/1000", 1000, T0, 1)
+    step = with_reports(j, inst, reported(j, "exited", code=CHECKPOINTED_EXIT_CODE, progress={"step": 1000},
+                                          checkpoint=saved))  # fmt: skip
+    apply_reports(step)
+    assert j.state is J.PENDING and j.progress == {"step": 1000}
+    assert not any("rolled back" in e.message for e in step.changes.events)
+
+
 def test_a_notice_for_an_unknown_or_dead_instance_is_dropped() -> None:
     gone = on("i1", state=I.TERMINATED)
     stranger = on("i2")

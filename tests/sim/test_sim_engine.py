@@ -126,6 +126,45 @@ def test_short_notice_rolls_back_to_the_periodic_checkpoint(make_set: MakeSet) -
     assert job.finished_at == result.start + timedelta(seconds=3600 + R + 3000)
 
 
+def test_after_a_reclaim_that_lost_work_the_controller_reads_the_checkpoints_progress(
+    make_set: MakeSet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run above, watched from the policy's side: the 10-minute periodic
+    # checkpoints are reported as they are written (at 720 + 600 s of the attempt:
+    # 600 s of work), and once the reclaim at 1800 s killed the save, the job waits
+    # for spot with the checkpoint's 600 s of progress, not the 1080 s it last
+    # reported (issue 12: stale progress overstated the slack by up to an interval).
+    import spotfleet.sim.scenario as scenario
+    from spotfleet.model.job import JobState
+
+    seen: list[tuple[JobState, int | None, float | None, int | None]] = []
+    make = scenario.make_policy
+
+    class Watching:
+        def __init__(self, inner: object) -> None:
+            self.inner, self.name = inner, inner.name  # type: ignore[attr-defined]
+
+        def decide(self, snapshot: object) -> list[object]:
+            for j in snapshot.jobs.values():  # type: ignore[attr-defined]
+                ckpt = j.checkpoint.step if j.checkpoint else None
+                seen.append((j.state, j.progress.get("step"), j.progress.get("done_s"), ckpt))
+            return self.inner.decide(snapshot)  # type: ignore[attr-defined,no-any-return]
+
+    monkeypatch.setattr(scenario, "make_policy", lambda *a, **k: Watching(make(*a, **k)))
+    traces = make_set(
+        trace_file("us-central1-a", [1, 1, 1] + [0] * 3 + [1] * 30, tick=TICK, cloud="gcp",
+                   instance_type="a3-highgpu-8g", spot=10.0, on_demand=80.0),
+    )  # fmt: skip
+    result = run(traces, "greedy", work=1, deadline=6, checkpoint_interval=timedelta(minutes=10),
+                 settings=SimSettings(checkpoint_seconds=60))  # fmt: skip
+    assert result.jobs[0].lost_seconds == pytest.approx(1080 - 600)
+    running = [s for s in seen if s[0] in (JobState.RUNNING, JobState.DRAINING)]
+    assert 600 in {s[3] for s in running}, "the periodic save was reported while the attempt ran"
+    assert max(s[1] or 0 for s in running) >= 1000, "the attempt reported work past its checkpoint"
+    waiting = [s for s in seen if s[0] is JobState.PENDING and s[3] == 600]
+    assert waiting and all(s[1] == 600 and s[2] == pytest.approx(600, abs=1) for s in waiting)
+
+
 def test_enough_notice_keeps_every_second_of_work(make_set: MakeSet) -> None:
     traces = make_set(
         trace_file("us-central1-a", [1, 1, 1] + [0] * 3 + [1] * 30, tick=TICK, cloud="gcp",
