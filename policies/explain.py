@@ -21,10 +21,10 @@ from spotfleet.model.job import Job, JobState
 from spotfleet.model.notice import spot_notice_seconds
 from spotfleet.model.snapshot import Snapshot
 from spotfleet.policies.knobs import Knobs
-from spotfleet.policies.market import SPOT_ONLY, notice_checkpoint_fits
+from spotfleet.policies.market import SPOT_ONLY, decide_market, notice_checkpoint_fits, work_at_risk_hours
 from spotfleet.policies.selection import Scored, economics_of, rank
 from spotfleet.policies.shape import Shape, shape_of
-from spotfleet.policies.spotfleet import PlanResult, SpotfleetPolicy
+from spotfleet.policies.spotfleet import PlanResult, SpotfleetPolicy, _known_hours
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +125,6 @@ def explain_job(
     econ = economics_of(job, forecast, knobs)
     decision = result.markets.get(job.id)
     if decision is None:  # not planned this step (already placed): what it would be
-        from spotfleet.policies.market import decide_market
-        from spotfleet.policies.spotfleet import _known_hours
-
         decision = decide_market(job, now=snapshot.now, expected_hours=_known_hours(job.spec, forecast), knobs=knobs)
     ranking = rank(snapshot.offerings, shape=shape, econ=econ, markets=decision.markets, forecast=forecast,
                    unavailable=snapshot.unavailable, now=snapshot.now, market_reason=decision.reason,
@@ -210,7 +207,8 @@ def _deadline_outlook(
             "reclaims_per_h": round(view.hazard, 3), "expected_rest_of_run_h": round(1 / view.hazard, 2)
             if view.hazard > 0 else None,
         }  # fmt: skip
-    out["reclaim_loss"] = _reclaim_loss(job, view.spot_providers if view else (), policy.knobs)
+    out["reclaim_loss"] = _reclaim_loss(job, view.spot_providers if view else (), policy.knobs,
+                                        _known_hours(job.spec, forecast))  # fmt: skip
     if slack is not None:
         out["slack"] = {
             "spendable_h": round(slack.spendable_h, 2), "expected_need_h": round(slack.need_mean_h, 2),
@@ -220,9 +218,11 @@ def _deadline_outlook(
     return out
 
 
-def _reclaim_loss(job: Job, providers: tuple[str, ...], knobs: Knobs) -> dict[str, Any]:
+def _reclaim_loss(job: Job, providers: tuple[str, ...], knobs: Knobs, hours: float | None) -> dict[str, Any]:
     """Whether a reclaim on the job's spot clouds costs only a restart, or also the
-    work since its last checkpoint (``market.notice_checkpoint_fits``), and why."""
+    work since its last checkpoint (``market.notice_checkpoint_fits``), and why;
+    for a running job that would lose work, how much is at risk now (what the
+    leave-spot rule weighs: ``market.work_at_risk_hours``; None: not known)."""
     took = job.spec.checkpoint.duration
     interval = job.spec.checkpoint.interval
     fits = notice_checkpoint_fits(job.spec, providers, knobs)
@@ -235,8 +235,12 @@ def _reclaim_loss(job: Job, providers: tuple[str, ...], knobs: Knobs) -> dict[st
         shown = ", ".join(f"{p} {s:g} s" for p, s in notices.items()) or "none known: shortest assumed"
         why = f"checkpoint takes {took.total_seconds():g} s; notice {shown}"
     reserved = 0.0 if fits else (interval.total_seconds() / 3600.0 if interval is not None else None)
-    return {"checkpoint_s": took.total_seconds() if took is not None else None, "notice_s": notices,
-            "fits_notice": fits, "reserved_work_h": reserved, "summary": why}  # fmt: skip
+    out = {"checkpoint_s": took.total_seconds() if took is not None else None, "notice_s": notices,
+           "fits_notice": fits, "reserved_work_h": reserved, "summary": why}  # fmt: skip
+    if not fits and job.state is JobState.RUNNING and hours is not None:
+        risk = work_at_risk_hours(job, hours)
+        out["at_risk_h"] = None if risk is None else round(risk if reserved is None else min(risk, reserved), 3)
+    return out
 
 
 _VARYING = (

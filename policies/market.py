@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from spotfleet.model.instance import Instance, InstanceState
-from spotfleet.model.job import Job, JobState
+from spotfleet.model.job import Job, JobState, checkpoint_share
 from spotfleet.model.notice import SPOT_NOTICE_SECONDS, spot_notice_seconds
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
@@ -353,6 +353,17 @@ def deadline_market(
     )
 
 
+def work_at_risk_hours(job: Job, expected_hours: float) -> float | None:
+    """Hours of work a reclaim would throw away now: the progress since the
+    checkpoint the job would resume from (``checkpoint_share`` of the reported
+    step), or None when its reports cannot say (no step, or a checkpoint
+    without one): then the caller assumes the whole interval."""
+    share = checkpoint_share(job.progress, job.checkpoint)
+    if share is None:
+        return None
+    return progress_hours(job, expected_hours) * (1.0 - share)
+
+
 def has_progress(job: Job) -> bool:
     return isinstance(job.progress.get("fraction"), int | float) or isinstance(job.progress.get("done_s"), int | float)
 
@@ -369,11 +380,20 @@ def should_leave_spot(
     covers a restart, move now — later it would be too late either way. Only
     for jobs that report progress: without it the schedule cannot be judged
     and a running job is left alone. ``providers``: its instance's cloud.
+
+    When the job's save does not fit the notice, what a reclaim throws away
+    is the work since its last checkpoint (``work_at_risk_hours``), not the
+    whole interval: right after a periodic save it is almost nothing. Leaving
+    is judged on that; the margin ``m`` in the reserve covers its growth until
+    the move lands (the rule is re-checked every step). Starting or returning
+    to spot keeps the whole interval: the attempt's risk will reach it.
     """
     spec = job.spec
     if spec.deadline is None or expected_hours is None or not has_progress(job) or not spec.is_interruptible:
         return None
     t = deadline_thresholds(job, now=now, expected_hours=expected_hours, knobs=knobs, providers=providers)
+    if t.lost > 0 and (risk := work_at_risk_hours(job, expected_hours)) is not None:
+        t = replace(t, lost=min(t.lost, risk))
     if t.restart < t.slack < t.reserve:
         return (f"deadline: slack {t.slack:.2f} h no longer covers an interruption "
                 f"({t.reserve:.2f} h with margin) but covers a planned move: to on-demand")  # fmt: skip

@@ -54,6 +54,8 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
             cost = "a restart and all work done (no periodic checkpoint), held in reserve"
         else:
             cost = f"a restart and up to {loss['reserved_work_h']:.2f} h of work, held in reserve"
+        if loss.get("at_risk_h") is not None:
+            cost += f"; {loss['at_risk_h']:.2f} h unsaved now"
         out.print(f"a reclaim costs {cost} ({loss['summary']})")
     if data.get("placement"):
         t = Table(title="placement", show_edge=False)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
+from spotfleet.cli.explain import render
 from spotfleet.cli.main import app
 from spotfleet.errors import NotFound
+from spotfleet.model.job import Checkpoint
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget
 from spotfleet.policies.explain import explain_job
@@ -128,6 +132,24 @@ def test_explain_says_when_a_checkpoint_outlasts_the_notice() -> None:
     loss = explain_job(snapshot(jobs=[d], offerings=[spot, od]), "d").to_dict()["extra"]["deadline"]["reclaim_loss"]
     assert loss["fits_notice"] is False and loss["reserved_work_h"] == 0.5
     assert loss["summary"] == "checkpoint takes 60 s; notice gcp 30 s"
+    assert "at_risk_h" not in loss, "a queued job has nothing unsaved"
+
+    # running on that spot, 5 h done (a step a second), its last checkpoint 12 min before
+    inst = instance("i", spot)
+    r = running("r", inst, tuple(range(8)), deadline=(T0 + timedelta(hours=12)).isoformat(),
+                expected_duration="10h", resources={"gpus": 8}, checkpoint={"interval": "30m", "duration": "60s"},
+                progress={"step": 18000, "fraction": 0.5})  # fmt: skip
+    r.checkpoint = Checkpoint("gs://c/17280", 17280, T0, r.attempt)
+    snap = snapshot(jobs=[r], instances=[inst], offerings=[spot, od])
+    loss = explain_job(snap, "r").to_dict()["extra"]["deadline"]["reclaim_loss"]
+    assert loss["at_risk_h"] == 0.2 and loss["reserved_work_h"] == 0.5
+    printed = StringIO()
+    render(explain_job(snap, "r").to_dict(), Console(file=printed, width=200))
+    assert (
+        "a reclaim costs a restart and up to 0.50 h of work, held in reserve; 0.20 h unsaved now" in printed.getvalue()
+    )
+    r.progress = {"fraction": 0.5}  # no step: the reports cannot say
+    assert explain_job(snap, "r").to_dict()["extra"]["deadline"]["reclaim_loss"]["at_risk_h"] is None
 
 
 def test_cli_explain_prints_a_deadline_jobs_market_and_slack(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from spotfleet.model.events import NoticeKind
 from spotfleet.model.instance import Instance, InstanceState
-from spotfleet.model.job import Job, JobState
+from spotfleet.model.job import Checkpoint, Job, JobState
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import Budget, Drain, Preempt
 from spotfleet.policies.knobs import Knobs
@@ -196,6 +196,31 @@ def test_the_reserve_holds_the_interval_where_the_checkpoint_outlasts_the_cloud_
     assert moves("local", "60s") != []  # a cloud of unknown notice gets the shortest known
     assert moves("gcp", "60s", Knobs(trust_notice_checkpoint=True)) == []  # the knob overrides both ways
     assert moves("aws", None, WORST) != []
+
+
+def test_leaving_spot_weighs_the_work_at_risk_since_the_last_checkpoint() -> None:
+    # The GCP job above (a 60 s save on a 30 s notice, slack 40 min, d = m = 10 min): a
+    # reclaim throws away the work since its last checkpoint, not always the whole
+    # 30 min interval. It leaves once that work passes 40 − d − m = 20 min.
+    deadline = T0 + timedelta(hours=10)
+    spot = instance("spot", offering("a3-highgpu-8g", "H100", 8, 30.0, market=Market.SPOT, on_demand=88.0,
+                                     provider="gcp"))  # fmt: skip
+
+    def moves(progress: dict[str, Any], checkpoint_step: int | None) -> list[Any]:
+        j = running("d", spot, (0,), deadline=deadline.isoformat(), expected_duration="4h",
+                    checkpoint={"interval": "30m", "duration": "60s"}, progress=progress)  # fmt: skip
+        if checkpoint_step is not None:
+            j.checkpoint = Checkpoint(f"gs://c/{checkpoint_step}", checkpoint_step, T0, j.attempt)
+        snap = snapshot(jobs=[j], instances=[spot], offerings=[], now=deadline - timedelta(minutes=52))
+        return _moves(SpotfleetPolicy(KNOBS).decide(snap))
+
+    done = {"fraction": 0.95, "step": 2280}  # 228 min of 240 done; a step a tenth of a minute
+    assert moves(done, 2280 - 50) == [], "5 min since the checkpoint: a reclaim costs 5 min + d, it fits"
+    assert moves(done, 2280 - 190) == [], "19 min at risk: still inside the reserve"
+    (move,) = moves(done, 2280 - 210)  # 21 min at risk: over it
+    assert isinstance(move, Drain) and "covers a planned move: to on-demand" in move.reason
+    assert moves(done, None) != [], "no checkpoint yet: everything done is at risk"
+    assert moves({"fraction": 0.95}, 2000) != [], "no step reported: the whole interval, as before"
 
 
 def test_notice_checkpoint_fits_against_the_shortest_notice_of_the_clouds_given() -> None:
