@@ -83,18 +83,20 @@ def _subset(zones: tuple[str, ...]) -> TraceSet:
     return found
 
 
-Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float, float | None, float]
+Task = tuple[str, int, float, float, float, float, tuple[str, ...], float, float, float | None, float, bool]
 
 
 def _one(args: Task) -> Run:
-    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history, prior, saving_s = args
+    policy, tick, work, deadline, restart, checkpoint_minutes, zones, checkpoint_gb, history, prior, saving_s, every = (
+        args
+    )
     traces = _subset(zones)
     began = time.perf_counter()
     interval = timedelta(minutes=checkpoint_minutes) if checkpoint_minutes > 0 else None
     run = run_single_job(
         traces, policy, work_hours=work, deadline_hours=deadline, start_tick=tick, restart_hours=restart,
         checkpoint_interval=interval, checkpoint_gb=checkpoint_gb, history_hours=history, hazard_prior_per_h=prior,
-        settings=SimSettings(checkpoint_seconds=saving_s),
+        settings=SimSettings(checkpoint_seconds=saving_s, skip_quiet=not every),
     )  # fmt: skip
     sim = run.sim
     return Run(
@@ -190,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave-zones-out: evaluate every K-zone subset of the zones given (0: off)")  # fmt: skip
     parser.add_argument("--max-subsets", type=int, default=0,
                         help="with --subsets: an evenly spaced sample of at most this many subsets (0: all)")  # fmt: skip
+    parser.add_argument("--every-tick", action="store_true",
+                        help="step the controller at every trace tick, as the live controller steps every interval "
+                             "(default: skip ticks where no trace changes while every job runs; slower, "
+                             "docs/simulator.md, \"Skipping quiet ticks\")")  # fmt: skip
     parser.add_argument("--runs-out", type=Path, default=None,
                         help="also write every run as a JSON line to this file (for bench/compare_runs.py)")  # fmt: skip
     args = parser.parse_args(argv)
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             args.history_hours,
             args.hazard_prior,
             args.checkpoint_seconds,
+            args.every_tick,
         )
         for p in policies
         for t in ticks
@@ -258,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             "restart_hours": args.restart_hours, "checkpoint_minutes": args.checkpoint_minutes,
             "checkpoint_gb": args.checkpoint_gb, "checkpoint_seconds": args.checkpoint_seconds,
             "starts": len(ticks), "seed": args.seed,
-            "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
+            "history_hours": args.history_hours, "hazard_prior": args.hazard_prior, "every_tick": args.every_tick,
         })  # fmt: skip
     print(f"\n{len(runs)} runs in {time.perf_counter() - began:.1f} s")
     for line in lines:
@@ -358,7 +365,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
             for t in ticks:
                 tasks.append((p, t, args.work_hours, args.deadline_hours, args.restart_hours,
                               args.checkpoint_minutes, zones, args.checkpoint_gb, args.history_hours,
-                              args.hazard_prior, args.checkpoint_seconds))  # fmt: skip
+                              args.hazard_prior, args.checkpoint_seconds, args.every_tick))  # fmt: skip
     runs = run_all(tasks, args, chunksize=4)
     total = len(list(itertools.combinations(names, args.subsets)))
     print(f"traces: {', '.join(args.traces)} ({len(names)} zones); {len(subsets)} of {total} "
@@ -385,7 +392,7 @@ def _main_subsets(args: argparse.Namespace) -> int:
             "checkpoint_gb": args.checkpoint_gb, "checkpoint_seconds": args.checkpoint_seconds,
             "starts": args.starts, "seed": args.seed,
             "history_hours": args.history_hours, "hazard_prior": args.hazard_prior,
-            "max_subsets": args.max_subsets,
+            "max_subsets": args.max_subsets, "every_tick": args.every_tick,
         }))  # fmt: skip
     return 0
 

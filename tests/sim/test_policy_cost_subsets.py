@@ -286,3 +286,31 @@ def test_checkpoint_seconds_is_the_jobs_save_time_against_the_notice(
     with pytest.raises(SystemExit) as bad:
         bench().main([*argv, "--checkpoint-seconds", "-1"])
     assert bad.value.code == 2 and "--checkpoint-seconds -1: give seconds from 0 to 3600" in capsys.readouterr().err
+
+
+def test_every_tick_steps_the_controller_at_every_tick_and_is_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--every-tick`` (docs/simulator.md, "Skipping quiet ticks"): the simulator
+    steps at every trace tick instead of jumping over quiet ones; every JSON line
+    says which it was, in both modes."""
+    module = bench()
+    seen: list[bool] = []
+    real = module.run_single_job
+
+    def watching(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs["settings"].skip_quiet)  # type: ignore[attr-defined]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_single_job", watching)
+    argv = ["--traces", str(write_traces(tmp_path / "t")), "--starts", "1", "--work-hours", "4",
+            "--deadline-hours", "10", "--policies", "greedy"]  # fmt: skip
+    for extra, skip in (([], True), (["--every-tick"], False), (["--every-tick", "--subsets", "2"], False)):
+        seen.clear()
+        assert module.main([*argv, *extra]) == 0
+        lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+        assert seen and set(seen) == {skip}, "every run gets the setting"
+        assert lines and all(d["every_tick"] is not skip for d in lines)
+    with pytest.raises(SystemExit) as help_:
+        module.main(["--help"])
+    assert help_.value.code == 0 and "--every-tick" in capsys.readouterr().out
