@@ -69,11 +69,7 @@ class JobTrack:
         productive = max(0.0, (until - self.started).total_seconds() - self.restart)
         return min(self.base + productive, self.work)
 
-    def periodic(self, at: datetime) -> float:
-        """Progress saved by periodic checkpoints by ``at``."""
-        return self._periodic(at)[0]
-
-    def _periodic(self, at: datetime) -> tuple[float, datetime | None]:
+    def periodic(self, at: datetime) -> tuple[float, datetime | None]:
         """The current attempt's latest periodic checkpoint by ``at``: (progress, when
         it was written), or (``saved``, ``saved_at``) when it has written none."""
         if self.started is None or not self.interval:
@@ -149,7 +145,7 @@ class JobTrack:
         elif self.exit_code == CHECKPOINTED_EXIT and self.stopped_at is not None:
             keep, when = self.stop_progress, self.stopped_at
         else:
-            keep, when = self._periodic(at)
+            keep, when = self.periodic(at)
         if keep > self.saved and when is not None:
             self.saved, self.saved_at = keep, when
         self.lost_seconds += max(reached - keep, 0.0)
@@ -179,7 +175,7 @@ class JobTrack:
         }
         exited = self.exit_at is not None and self.exit_at <= at
         checkpoint = None
-        saved, when = self._periodic(at)  # as a real job reports each save once written
+        saved, when = self.periodic(at)  # as a real job reports each save once written
         if exited and self.exit_code == CHECKPOINTED_EXIT and self.stopped_at is not None:
             saved, when = self.stop_progress, self.stopped_at  # the save on request, once it is complete
         if when is not None:
