@@ -1,0 +1,82 @@
+"""bench/synthetic_markets.py: made-up markets whose right answer is known, and the policy on two of them."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from spotfleet.model.offering import Market
+from spotfleet.sim.engine import SimSettings
+from spotfleet.sim.scenario import run_single_job
+from spotfleet.sim.traces import load_traces
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("synthetic_markets", ROOT / "bench" / "synthetic_markets.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["synthetic_markets"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_probe_writes_a_trace_set_the_simulator_loads(tmp_path: Path) -> None:
+    b = bench()
+    for probe in b.PROBES:
+        traces = load_traces([b.write_market(probe, tmp_path)])
+        assert len(traces.zones) == 2 and traces.n_ticks == b.TICKS and traces.tick_seconds == b.TICK_S
+    returns = {z.zone: z for z in load_traces([tmp_path / "cheaper-zone-returns"]).zones}
+    cheap = returns["us-east-1b"]
+    # down for the first 5 h of every 60 h, up the other 55; the dear zone never goes away
+    assert list(cheap.available[:31]) == [0] * 30 + [1] and sum(cheap.available[:360]) == 330
+    assert min(returns["us-east-1a"].available) == 1
+    # the flapping market is drawn from the seed: the same seed, the same market
+    again = b.write_market(b.BY_NAME["flapping"], tmp_path / "again")
+    assert (again / "us-west-2a.json").read_text() == (tmp_path / "flapping" / "us-west-2a.json").read_text()
+
+
+def test_outages_that_the_other_zone_covers_are_ridden_on_spot(tmp_path: Path) -> None:
+    """regular-outages from its first tick: each zone is up 6 h and down 2 h, offset by 4 h, so
+    one zone always has spot. Stepped every tick, the job moves to the other zone ahead of every
+    outage and never buys on-demand."""
+    b = bench()
+    traces = load_traces([b.write_market(b.BY_NAME["regular-outages"], tmp_path)])
+    run = run_single_job(traces, "spotfleet", work_hours=48.0, deadline_hours=52.0, start_tick=0,
+                         settings=SimSettings(skip_quiet=False))  # fmt: skip
+    best = run_single_job(traces, "optimal", work_hours=48.0, deadline_hours=52.0, start_tick=0)
+    assert run.sim is not None and not run.missed
+    bills = sorted(run.sim.bills, key=lambda bill: bill.launched_at)
+    assert {bill.market for bill in bills} == {Market.SPOT} and run.sim.spot_share == 1.0
+    zones = [bill.zone for bill in bills]
+    assert len(zones) >= 10 and all(a != b for a, b in itertools.pairwise(zones))  # alternating
+    assert run.cost <= 1.10 * best.cost
+
+
+def test_the_bench_prints_a_row_and_a_json_line_per_market_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench().main(["--markets", "always-up", "--policies", "spotfleet", "--starts", "1"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    assert line["market"] == "always-up" and line["policy"] == "spotfleet" and line["every_tick"] is True
+    assert line["deadline_misses"] == 0 and line["spot_share"] == 1.0
+    assert line["ratio_to_optimal"] <= 1.01  # spot in the cheaper zone throughout, as the optimum
+    assert "rides the $0.92 zone throughout" in out
+
+
+def test_bad_options_are_clear_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench().main(["--starts", "0"])
+    assert exc.value.code == 2 and "--starts 0: give at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench().main(["--markets", "nowhere"])
+    assert exc.value.code == 2 and "invalid choice: 'nowhere'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench().main(["--help"])
+    assert exc.value.code == 0 and "cheaper-zone-returns" in capsys.readouterr().out
