@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from spotfleet.sim.traces import TraceFile, TraceSet
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def load_bench(name: str) -> ModuleType:
+    """``bench/<name>.py`` as a module (the benchmarks are scripts, not a package).
+    Registered in ``sys.modules`` under ``name``: dataclasses resolve their
+    annotations through their module's entry there."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _shared_traces() -> Path:

@@ -3,26 +3,17 @@ mean and worst ratio to the optimum per policy (CI-sized: 3 hand-made zones)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from .helpers import trace_file
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import load_bench, trace_file
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("policy_cost", ROOT / "bench" / "policy_cost.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["policy_cost"] = module  # its dataclasses resolve their annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("policy_cost")
 
 
 def write_traces(folder: Path) -> Path:
@@ -169,12 +160,7 @@ def test_checkpoint_gb_and_the_ups_baseline_as_the_readme_runs_them(
 
 
 def compare_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_runs", ROOT / "bench" / "compare_runs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compare_runs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("compare_runs")
 
 
 def test_runs_out_writes_every_run_and_names_the_worst_subset(

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from .helpers import trace_file
-
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import load_bench, trace_file
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_lengths", ROOT / "bench" / "run_lengths.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_lengths"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("run_lengths")
 
 
 def _set(folder: Path) -> Path:

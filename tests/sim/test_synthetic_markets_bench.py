@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -16,16 +14,11 @@ from spotfleet.sim.engine import SimSettings
 from spotfleet.sim.scenario import run_single_job
 from spotfleet.sim.traces import load_traces
 
-ROOT = Path(__file__).resolve().parents[2]
+from .helpers import load_bench
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("synthetic_markets", ROOT / "bench" / "synthetic_markets.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["synthetic_markets"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("synthetic_markets")
 
 
 def test_every_probe_writes_a_trace_set_the_simulator_loads(tmp_path: Path) -> None:
