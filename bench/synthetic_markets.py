@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random markets (flapping)")
     parser.add_argument("--skip-quiet", action="store_true",
                         help="skip ticks where no trace changes while the job runs, as the trace benches do")  # fmt: skip
-    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--keep", type=Path, default=None, help="write the markets' trace files here and keep them")
     args = parser.parse_args(argv)
     if args.starts < 1:
