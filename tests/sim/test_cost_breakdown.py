@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from .test_policy_cost_subsets import ROOT, write_traces
+from .helpers import REPO
+from .test_policy_cost_subsets import write_traces
 
 
 def test_breakdown_decomposes_each_start_beside_the_optimum(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.syspath_prepend(str(REPO))
     sys.modules.pop("bench.cost_breakdown", None)
     from bench import cost_breakdown
 
