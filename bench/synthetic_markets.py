@@ -26,6 +26,7 @@ misses, spot share, what the optimum does there), then one JSON line each.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from spotfleet.sim.engine import SimSettings
 from spotfleet.sim.scenario import POLICY_NAMES, run_single_job, start_ticks
-from spotfleet.sim.traces import TraceFile, load_traces
+from spotfleet.sim.traces import TraceFile, TraceSet, load_traces
 
 TICKS = 3000
 TICK_S = 600.0
@@ -154,9 +155,15 @@ class Result:
     spot_share: float
 
 
+@functools.cache
+def _market(folder: str) -> TraceSet:
+    """A market's traces, loaded once per process (every policy and start reads them)."""
+    return load_traces([folder])
+
+
 def _run(task: tuple[str, str, int, bool]) -> Result:
     folder, policy, tick, every = task
-    run = run_single_job(load_traces([folder]), policy, work_hours=48.0, deadline_hours=52.0, start_tick=tick,
+    run = run_single_job(_market(folder), policy, work_hours=48.0, deadline_hours=52.0, start_tick=tick,
                          settings=SimSettings(skip_quiet=not every))  # fmt: skip
     share = run.sim.spot_share if run.sim is not None else float("nan")
     return Result(Path(folder).name, policy, tick, run.cost, run.missed, share)
@@ -183,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks: list[tuple[str, str, int, bool]] = []
         for name in args.markets:
             folder = write_market(BY_NAME[name], root, seed=args.seed)
-            ticks = start_ticks(load_traces([folder]), count=args.starts, window_hours=52.0)
+            ticks = start_ticks(_market(str(folder)), count=args.starts, window_hours=52.0)
             tasks += [(str(folder), p, t, not args.skip_quiet) for p in ["optimal", *args.policies] for t in ticks]
         if args.processes > 1:
             with ProcessPoolExecutor(args.processes) as pool:

@@ -63,6 +63,16 @@ def test_the_bench_prints_a_row_and_a_json_line_per_market_and_policy(capsys: py
     assert "rides the $0.92 zone throughout" in out
 
 
+def test_skip_quiet_is_recorded_and_keep_leaves_the_markets_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--markets", "never-up", "--policies", "greedy", "--starts", "1", "--skip-quiet", "--keep", str(tmp_path)]
+    assert bench().main(argv) == 0
+    (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.startswith("{")]
+    assert line["every_tick"] is False and line["spot_share"] == 0.0 and line["ratio_to_optimal"] == 1.0
+    assert sorted(p.name for p in (tmp_path / "never-up").iterdir()) == ["us-east-1a.json", "us-east-1b.json"]
+
+
 def test_bad_options_are_clear_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         bench().main(["--starts", "0"])
