@@ -13,9 +13,10 @@ Each wake-up at virtual time ``T`` does, in order:
 
 Then the clock jumps to the next moment anything can happen: the next trace tick
 while some job waits or some instance is idle or draining (policies decide on
-time there), or while a deadline job runs on spot with a save longer than the
-notice (the work a reclaim would lose grows), otherwise the next tick where the
-traces change; any provider event (a notice becoming due, a reclaim), any job
+time there), while a deadline job runs on spot with a save longer than the
+notice (the work a reclaim would lose grows), or while it runs on spot and a
+cheaper spot pool of its instance type is open (a move there may pay as time
+passes), otherwise the next tick where the traces change; any provider event (a notice becoming due, a reclaim), any job
 event (restart delay over, work done, a requested save written), the next
 arrival. A 120 s notice is therefore seen when it is given, not at the next
 195 s tick.
@@ -427,6 +428,8 @@ class Simulation:
                 return True  # a deadline policy may move it back to spot as time passes
             if self._at_risk_on_spot(job, snap) and job.spec.deadline is not None and self._moves_running:
                 return True  # the work a reclaim would throw away grows as time passes
+            if job.spec.deadline is not None and self._moves_running and self._cheaper_spot_open(job, snap):
+                return True  # a policy may move it to the cheaper pool as that pool's run ages
         for inst in snap.instances.values():
             if inst.live and (inst.state is not I.RUNNING or inst.id not in hosting):
                 return True
@@ -450,6 +453,28 @@ class Simulation:
             and track.checkpoint_seconds > spot_notice_seconds(inst.offering.provider)
             for inst in (snap.instances.get(b.instance_id) for b in job.bindings)
         )
+
+    def _cheaper_spot_open(self, job: Job, snap: Snapshot) -> bool:
+        """Does ``job`` run on spot while a cheaper spot pool of the same
+        instance type can be bought? Then a policy that migrates running jobs
+        may move it at any tick, with nothing in the traces changing: what it
+        has seen of that pool's current run, and the job's slack, change with
+        time alone, and the live controller, stepping every interval, acts on
+        them. Skipping such ticks once kept a job 48 h in a $2.00 zone after a
+        $0.90 one came back (``bench/synthetic_markets.py``,
+        cheaper-zone-returns)."""
+        if job.terminal:
+            return False
+        for b in job.bindings:
+            inst = snap.instances.get(b.instance_id)
+            if inst is None or inst.market is not Market.SPOT:
+                continue
+            held = inst.offering
+            spot = [o for o in snap.offerings if o.market is Market.SPOT and o.instance_type == held.instance_type]
+            price = next((o.price_per_hour for o in spot if o.key == held.key), held.price_per_hour)  # as priced now
+            if any(o.available and o.price_per_hour < price for o in spot):
+                return True
+        return False
 
     def _next_wake(self, now: datetime, arrivals: Sequence[WorkItem]) -> datetime | None:
         tick = self.traces.tick_at(now)

@@ -11,7 +11,7 @@ import pytest
 
 from spotfleet.model.offering import Market
 from spotfleet.sim.engine import SimSettings
-from spotfleet.sim.scenario import run_single_job
+from spotfleet.sim.scenario import SingleJobRun, run_single_job
 from spotfleet.sim.traces import load_traces
 
 from .helpers import load_bench
@@ -51,6 +51,25 @@ def test_outages_that_the_other_zone_covers_are_ridden_on_spot(tmp_path: Path) -
     zones = [bill.zone for bill in bills]
     assert len(zones) >= 10 and all(a != b for a, b in itertools.pairwise(zones))  # alternating
     assert run.cost <= 1.10 * best.cost
+
+
+def test_skipping_quiet_ticks_does_not_hide_a_move_to_a_cheaper_zone(tmp_path: Path) -> None:
+    """cheaper-zone-returns from its first tick: the job starts in the $2.00 zone while the $0.90 one
+    is down for 5 h; after it is back nothing in the traces changes for 55 h. The loop must keep
+    stepping while a cheaper pool is open (``Simulation._cheaper_spot_open``), or the move the live
+    controller makes is never seen: skipping once kept the job all 48 h in the dear zone."""
+    b = bench()
+    traces = load_traces([b.write_market(b.BY_NAME["cheaper-zone-returns"], tmp_path)])
+
+    def run(skip: bool) -> SingleJobRun:
+        return run_single_job(traces, "spotfleet", work_hours=48.0, deadline_hours=52.0, start_tick=0,
+                              settings=SimSettings(skip_quiet=skip))  # fmt: skip
+
+    skipping, every = run(True), run(False)
+    assert skipping.sim is not None and not skipping.missed
+    bills = sorted(skipping.sim.bills, key=lambda bill: bill.launched_at)
+    assert bills[0].zone == "us-east-1a" and bills[-1].zone == "us-east-1b"  # moved to the cheap zone
+    assert skipping.cost == pytest.approx(every.cost)
 
 
 def test_the_bench_prints_a_row_and_a_json_line_per_market_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
