@@ -16,8 +16,9 @@ while some job waits or some instance is idle or draining (policies decide on
 time there), while a deadline job runs on spot with a save longer than the
 notice (the work a reclaim would lose grows), or while it runs on spot and a
 cheaper spot pool of its instance type is open (a move there may pay as time
-passes), otherwise the next tick where the traces change; any provider event (a notice becoming due, a reclaim), any job
-event (restart delay over, work done, a requested save written), the next
+passes), otherwise the next tick where the traces change; any provider event
+(a notice becoming due, a reclaim), any job event (restart delay over, work
+done, a requested save written), the next
 arrival. A 120 s notice is therefore seen when it is given, not at the next
 195 s tick.
 
