@@ -15,8 +15,9 @@ One ``decide(snapshot)`` call, in order:
    spot from on-demand when spot is available and the slack covers the move
    plus a reclaim (``market.should_return_to_spot``), and *migrations*: a
    job on spot moves to another pool's spot when the expected saving over its
-   remaining work (bounded by that pool's expected lifetime) beats twice the
-   move's cost (``migration_gain``; at most ``Knobs.max_migrations_per_plan``
+   remaining work (bounded by that pool's expected lifetime) beats the
+   move's cost and the gap has already cost the job as much as the move
+   (ski rental, ``migration_gain``; at most ``Knobs.max_migrations_per_plan``
    per plan); then preemption for urgent jobs that could be neither placed
    nor bought;
 5. scale-down methods (emptiness → consolidation) on what is left.
@@ -36,10 +37,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from spotfleet.model.instance import InstanceState
+from spotfleet.model.instance import Instance, InstanceState
 from spotfleet.model.job import ACTIVE_JOB_STATES, Job, JobState
 from spotfleet.model.offering import Market, Offering
-from spotfleet.model.snapshot import Command, Drain, Preempt, Snapshot
+from spotfleet.model.snapshot import Command, Drain, PoolAvailability, Preempt, Snapshot
 from spotfleet.model.spec import JobSpec, Priority
 from spotfleet.policies import preemption
 from spotfleet.policies.forecast import Forecast, SpotSupply
@@ -252,6 +253,7 @@ class SpotfleetPolicy:
             slack_value_per_h=slack.value_per_h if slack else 0.0,
             reclaim_slack_h=slack.reclaim_slack_h if slack else t.restart,
             egress_usd=egress,
+            forgone_h=_forgone_h(inst, forecast.availability.get(best.offering.key), snapshot.now),
         )
         if gain is None:
             return None
@@ -479,7 +481,7 @@ def migration_gain(
     new_hazard: float,
     remaining_h: float,
     restart_h: float,
-    hysteresis: float = 2.0,
+    forgone_h: float,
     slack_value_per_h: float = 0.0,
     reclaim_slack_h: float | None = None,
     egress_usd: float = 0.0,
@@ -495,9 +497,29 @@ def migration_gain(
     placed afresh anyway). The move costs a restart paid at the new price
     (the old instance is given back once the job has checkpointed), the
     restart's slack at ``slack_value_per_h``, and moving the checkpoint
-    (``egress_usd``); the saving must beat it ``hysteresis`` times over, so a
-    small or short-lived gap never makes a job bounce between pools. A pool
-    whose expected lifetime is shorter than a restart is never worth moving to."""
+    (``egress_usd``). A pool whose expected lifetime is shorter than a restart
+    is never worth moving to. The move is made when both hold:
+
+    - the expected saving beats the move's cost;
+    - *ski rental*: the gap has already cost the job as much as the move,
+      ``gap × forgone_h ≥ cost``, where ``forgone_h`` is how long it has paid
+      the gap (``_forgone_h``: since the new pool's current available run
+      began, or since the job came to its instance if that is later).
+
+    The second is the hysteresis, derived from the move's own cost rather
+    than a factor: a large gap waits minutes, a small one hours, and a pool
+    that came back a moment ago (in a flapping market, the pool that may be
+    gone again in minutes) waits until it has stayed. Renting until the rent
+    paid equals the price of buying never costs more than twice what the
+    best choice in hindsight costs, however long the gap lasts; a move back
+    needs the reversed gap to pay for itself the same way, so a job does not
+    bounce.
+
+    Design choice: it replaces "the saving must beat the cost twice over",
+    which made moves late where a cheap zone came back and stayed (the
+    probes cheaper-zone-returns and price-waves, docs/simulator.md); the
+    factor alone at 1 made GCP jobs bounce to pools back for minutes. Both
+    measured in docs/simulator.md, "Moving once the gap has paid for the move"."""
     per_reclaim = (restart_h if reclaim_slack_h is None else reclaim_slack_h) * slack_value_per_h
     eff_cur = current_price * (1.0 + current_hazard * restart_h) + current_hazard * per_reclaim
     eff_new = new_price * (1.0 + new_hazard * restart_h) + new_hazard * per_reclaim
@@ -509,7 +531,21 @@ def migration_gain(
     horizon = min(remaining_h, lifetime)
     saving = (eff_cur - eff_new) * horizon
     cost = restart_h * (new_price + slack_value_per_h) + egress_usd
-    return (saving, cost) if saving > hysteresis * cost else None
+    if saving <= cost or (eff_cur - eff_new) * forgone_h < cost:
+        return None
+    return saving, cost
+
+
+def _forgone_h(inst: Instance, seen: PoolAvailability | None, now: datetime) -> float:
+    """Hours the job has paid the gap to a pool (``migration_gain``'s ski
+    rental): since the pool's current available run began (``seen``, the
+    availability log; 0 when the pool has not been watched or is down), or
+    since the job's instance was launched if that is later. Prices' history
+    is not kept, so a gap that opened by a price change within a run is
+    counted from the run's start."""
+    on = (now - (inst.launched_at or inst.created_at)).total_seconds() / 3600.0
+    up = seen.up_for_h if seen is not None else 0.0
+    return max(0.0, min(on, up))
 
 
 _VIEWS: weakref.WeakKeyDictionary[OfferingIndex, dict[Shape, MarketView | None]] = weakref.WeakKeyDictionary()

@@ -72,6 +72,27 @@ def test_skipping_quiet_ticks_does_not_hide_a_move_to_a_cheaper_zone(tmp_path: P
     assert skipping.cost == pytest.approx(every.cost)
 
 
+def test_a_job_follows_a_cheaper_zone_once_the_gap_has_paid_for_the_move(tmp_path: Path) -> None:
+    """Ski rental (``migration_gain``): the move is made once the price gap has cost the job as much
+    as the move, not when the saving beats the move's cost twice over. On cheaper-zone-returns the
+    $0.90 zone is back at hour 5 and the job, in the $2.00 one, is there by hour 10 (hour 18.5
+    with the factor of two); on price-waves, where the prices cross every 24 h, it follows them
+    instead of staying all 48 h in the zone it started in."""
+    b = bench()
+
+    def zones(market: str) -> list[tuple[float, str]]:
+        traces = load_traces([b.write_market(b.BY_NAME[market], tmp_path)])
+        run = run_single_job(traces, "spotfleet", work_hours=48.0, deadline_hours=52.0, start_tick=0)
+        assert run.sim is not None and not run.missed
+        bills = sorted(run.sim.bills, key=lambda bill: bill.launched_at)
+        return [((bill.launched_at - run.start).total_seconds() / 3600.0, bill.zone) for bill in bills]
+
+    returns = zones("cheaper-zone-returns")
+    assert returns[0][1] == "us-east-1a" and returns[-1][1] == "us-east-1b"
+    assert returns[-1][0] < 10.0  # launched in the cheap zone within 5 h of its return
+    assert len({zone for _, zone in zones("price-waves")}) == 2
+
+
 def test_the_bench_prints_a_row_and_a_json_line_per_market_and_policy(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench().main(["--markets", "always-up", "--policies", "spotfleet", "--starts", "1"]) == 0
     out = capsys.readouterr().out
