@@ -504,7 +504,7 @@ def migration_gain(
     - *ski rental*: the gap has already cost the job as much as the move,
       ``gap × forgone_h ≥ cost``, where ``forgone_h`` is how long it has paid
       the gap (``_forgone_h``: since the new pool's current available run
-      began, or since the job came to its instance if that is later).
+      began, or since the job's instance was launched if that is later).
 
     The second is the hysteresis, derived from the move's own cost rather
     than a factor: a large gap waits minutes, a small one hours, and a pool
