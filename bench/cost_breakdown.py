@@ -10,7 +10,13 @@ starts as ``bench/policy_cost.py --subsets``), runs the policy and the optimum
   instance is given back within the notice);
 - hours waited with nothing running;
 - when on-demand was first used, and the slack left then (estimated from the
-  bills: progress = paid time minus one restart per instance).
+  bills: progress = paid time minus one restart per instance);
+- the slack left at the finish (deadline minus finish): slack a job ends with
+  was never spent, so where it paid on-demand while holding it, the hours could
+  have waited for spot instead. The summary splits the gap to the optimum by
+  that slack in half-hour bands: starts that ended at the reserve ran out of
+  slack (the rest of the job on on-demand), starts that ended with hours of it
+  bought on-demand they did not need.
 
     python -m bench.cost_breakdown --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 10 \
         --only us-east-1c,us-east-1f,us-west-2b --json /tmp/breakdown.json
@@ -111,6 +117,7 @@ def policy_breakdown(
         "lost_h": job.lost_seconds / 3600.0,
         "first_od_h": first_od,
         "slack_at_first_od": slack_at_od,
+        "slack_left_h": deadline - finish,
         "segments": segs,
     }
 
@@ -154,7 +161,22 @@ def optimal_breakdown(traces: TraceSet, tick: int, *, work: float, deadline: flo
         "waited_h": best.finish_seconds / 3600 - spot_h - od_h,
         "first_od_h": first_od,
         "slack_at_first_od": slack_at_od,
+        "slack_left_h": deadline - best.finish_seconds / 3600,
         "segments": segs,
+    }
+
+
+def slack_left_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean slack left at the finish (policy, optimum) and the policy's extra
+    dollars over the optimum per half-hour band of its slack left (band → USD)."""
+    bands: dict[float, float] = {}
+    for r in rows:
+        band = max(0.0, r["policy"]["slack_left_h"]) // 0.5 * 0.5
+        bands[band] = bands.get(band, 0.0) + r["policy"]["cost"] - r["optimal"]["cost"]
+    return {
+        "policy_mean_h": statistics.fmean(r["policy"]["slack_left_h"] for r in rows),
+        "optimal_mean_h": statistics.fmean(r["optimal"]["slack_left_h"] for r in rows),
+        "gap_usd_by_slack_left_h": {k: round(bands[k], 2) for k in sorted(bands)},
     }
 
 
@@ -207,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         pc = statistics.fmean(r["policy"]["cost"] for r in mine)
         oc = statistics.fmean(r["optimal"]["cost"] for r in mine)
         print(f"{','.join(zones)}: ratio {pc / oc:.3f}")
+    if rows:
+        left = slack_left_summary(rows)
+        bands = ", ".join(f"{k:.1f}-{k + 0.5:.1f} h ${v:,.0f}" for k, v in left["gap_usd_by_slack_left_h"].items())
+        print(f"slack left at the finish: {left['policy_mean_h']:.2f} h ({args.policy}), "
+              f"{left['optimal_mean_h']:.2f} h (optimum); extra USD by slack left: {bands}")  # fmt: skip
+        print(json.dumps({"policy": args.policy, "starts": len(rows), **left}))
     return 0
 
 

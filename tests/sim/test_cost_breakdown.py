@@ -37,4 +37,13 @@ def test_breakdown_decomposes_each_start_beside_the_optimum(
         paid = mine["spot_h"] + mine["od_h"] - mine["overlap_h"]
         assert paid + mine["waited_h"] >= mine["finish_h"] - 1e-6
         assert mine["segments"] and all(s["market"] in ("spot", "on_demand") for s in mine["segments"])
-    assert "us-east-1a,us-west-2a: ratio" in capsys.readouterr().out
+        assert mine["slack_left_h"] == pytest.approx(8 - mine["finish_h"]) and mine["slack_left_h"] >= 0
+        assert best["slack_left_h"] == pytest.approx(8 - best["finish_h"]) and best["slack_left_h"] >= -1e-9
+    printed = capsys.readouterr().out
+    assert "us-east-1a,us-west-2a: ratio" in printed
+    summary = json.loads(printed.strip().splitlines()[-1])
+    assert summary["starts"] == 2
+    gaps = summary["gap_usd_by_slack_left_h"]
+    # every start's extra dollars land in one band, so the bands add up to the whole gap
+    assert sum(gaps.values()) == pytest.approx(sum(r["policy"]["cost"] - r["optimal"]["cost"] for r in rows), abs=0.02)
+    assert summary["policy_mean_h"] == pytest.approx(sum(r["policy"]["slack_left_h"] for r in rows) / 2)
