@@ -18,6 +18,14 @@ not built on:
   Per zone: the fresh-run rate ``1/E[L]`` and the length-biased rate
   ``2E[L]/E[L²]``.
 
+Given several zones (over all the sets named), it also prints how far the
+pools' reclaim rates spread, and the strength that spread gives a Gamma
+prior on a pool's hazard by the method of moments: with the zones' rates
+``r`` (``1/E[L]``), their mean ``μ``, variance ``σ²`` and the Poisson noise of
+each estimate (``r / hours``, averaged), ``S = μ / (σ² − noise)`` hours of a
+pool's own record weigh as much as the prior (``policies/forecast.py``,
+``PRIOR_STRENGTH_HOURS``: docs/simulator.md, "Where the slack goes").
+
 Only runs that ended inside the trace count (one still up at the end is cut
 off); each file is read on its own ticks, available while at least one
 instance can be had, as the simulator reads it.
@@ -112,6 +120,20 @@ def set_figures(zones: list[ZoneRuns], *, restart_h: float, short_h: float, afte
     )
 
 
+def pooled_spread(zones: list[ZoneRuns]) -> dict[str, float | int | None]:
+    """The reclaim rates' spread over ``zones`` and the Gamma prior strength it
+    implies (module docstring); ``prior_strength_h`` None where the rates spread
+    no more than their noise (nothing tells the pools apart)."""
+    seen = [z for z in zones if z.runs]
+    rates = [z.fresh_rate for z in seen]
+    mean = statistics.fmean(rates)
+    var = statistics.pvariance(rates)
+    noise = statistics.fmean(z.fresh_rate / sum(z.runs) for z in seen)
+    strength = mean / (var - noise) if var > noise else None
+    return {"zones": len(seen), "rate_mean_per_h": round(mean, 4), "rate_variance": round(var, 4),
+            "noise_variance": round(noise, 4), "prior_strength_h": None if strength is None else round(strength, 2)}  # fmt: skip
+
+
 def _show(hours: float | None) -> str:
     return "-" if hours is None else f"{hours:.3f} h"
 
@@ -126,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.after < 1 or args.short_hours <= 0 or args.restart_hours < 0:
         print("--after must be ≥ 1, --short-hours > 0 and --restart-hours ≥ 0", file=sys.stderr)
         return 2
+    every: list[ZoneRuns] = []
     for item in args.traces:
         try:
             files = trace_paths([item])
@@ -136,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         for path in files:
             tf = read_trace_file(path)
             zones.append(ZoneRuns(tf.zone, up_runs(list(tf.available), tf.tick_seconds / 3600.0)))
+        every += zones
         fig = set_figures(zones, restart_h=args.restart_hours, short_h=args.short_hours, after=args.after)
         print(f"{Path(item).name}: {fig.runs} runs, log-correlation of consecutive runs "
               f"{fig.log_corr_consecutive:.3f}; usable run (E[max(0, L - {args.restart_hours:g} h)]) "
@@ -146,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"met 2E[L]/E[L²] {z.met_rate:.2f}/h")  # fmt: skip
         print(json.dumps({"traces": item, "restart_hours": args.restart_hours, "short_hours": args.short_hours,
                           "after": args.after, **fig.to_json()}))  # fmt: skip
+    if sum(1 for z in every if z.runs) >= 2:
+        spread = pooled_spread(every)
+        strength = spread["prior_strength_h"]
+        print(f"pooled over {spread['zones']} zones: reclaim rate {spread['rate_mean_per_h']:.3f}/h on average, "
+              f"variance {spread['rate_variance']:.4f} (noise {spread['noise_variance']:.4f}): a Gamma prior with "
+              + (f"that spread weighs as much as {strength:.1f} h of a pool's own record" if strength is not None
+                 else "no spread beyond the noise would outweigh any record"))  # fmt: skip
+        print(json.dumps({"pooled": [str(t) for t in args.traces], **spread}))
     return 0
 
 
