@@ -5,6 +5,9 @@ starts as ``bench/policy_cost.py --subsets``), runs the policy and the optimum
 (with its schedule) and decomposes both:
 
 - spot / on-demand hours paid and their USD, overlap (two instances billed at once);
+- on-demand hours bought while some zone of the set had spot (counted on the
+  traces' ticks: the job had not gone back to spot yet), and the last stretch
+  of on-demand a job ended on;
 - restarts (each a paid, non-productive restart delay), reclaims (the job's
   interruption notices: ``Bill.reclaimed`` is rarely set, as the drained
   instance is given back within the notice);
@@ -33,6 +36,8 @@ import statistics
 import sys
 from datetime import timedelta
 from typing import Any
+
+import numpy as np
 
 from bench.policy_cost import subset_list
 from spotfleet.model.offering import Market
@@ -82,6 +87,15 @@ def policy_breakdown(
     waited = max(0.0, finish - covered)
     spot_h = sum(e - a for a, e, b in spans if b.market is Market.SPOT)
     od_h = sum(e - a for a, e, b in spans if b.market is Market.ON_DEMAND)
+    # on-demand hours bought while some zone of the set had spot (the job had not gone back yet),
+    # counted on the traces' ticks; and the job's last stretch when it ended on on-demand
+    any_up = np.stack([z.available > 0 for z in traces.zones]).any(axis=0)
+    od_spot_up = 0.0
+    for a, e, b in spans:
+        if b.market is Market.ON_DEMAND:
+            first, last = traces.tick_at(t0 + timedelta(hours=a)), traces.tick_at(t0 + timedelta(hours=e))
+            od_spot_up += float(any_up[max(0, first) : max(0, last)].sum()) * traces.tick_seconds / 3600.0
+    last_od = spans[-1][1] - spans[-1][0] if spans and spans[-1][2].market is Market.ON_DEMAND else 0.0
     spot_usd = sum(b.cost for b in bills if b.market is Market.SPOT)
     od_usd = sum(b.cost for b in bills if b.market is Market.ON_DEMAND)
     # progress before each bill: paid minus a restart per instance (approximate)
@@ -108,6 +122,8 @@ def policy_breakdown(
         "spot_usd": spot_usd,
         "od_usd": od_usd,
         "overlap_h": overlap,
+        "od_h_with_spot_up": od_spot_up,
+        "od_h_last_stretch": last_od,
         "waited_h": waited,
         "instances": len(bills),
         "starts": job.starts,

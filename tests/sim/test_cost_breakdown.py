@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO
+from .helpers import REPO, trace_file
 from .test_policy_cost_subsets import write_traces
 
 
@@ -38,6 +38,8 @@ def test_breakdown_decomposes_each_start_beside_the_optimum(
         assert paid + mine["waited_h"] >= mine["finish_h"] - 1e-6
         assert mine["segments"] and all(s["market"] in ("spot", "on_demand") for s in mine["segments"])
         assert mine["slack_left_h"] == pytest.approx(8 - mine["finish_h"]) and mine["slack_left_h"] >= 0
+        # on-demand bought while spot was up, and the last stretch, are parts of the on-demand hours
+        assert 0 <= mine["od_h_with_spot_up"] <= mine["od_h"] + 0.5 and 0 <= mine["od_h_last_stretch"] <= mine["od_h"]
         assert best["slack_left_h"] == pytest.approx(8 - best["finish_h"]) and best["slack_left_h"] >= -1e-9
     printed = capsys.readouterr().out
     assert "us-east-1a,us-west-2a: ratio" in printed
@@ -47,3 +49,24 @@ def test_breakdown_decomposes_each_start_beside_the_optimum(
     # every start's extra dollars land in one band, so the bands add up to the whole gap
     assert sum(gaps.values()) == pytest.approx(sum(r["policy"]["cost"] - r["optimal"]["cost"] for r in rows), abs=0.02)
     assert summary["policy_mean_h"] == pytest.approx(sum(r["policy"]["slack_left_h"] for r in rows) / 2)
+
+
+def test_on_demand_without_spot_counts_as_a_last_stretch_not_as_spot_forgone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    sys.modules.pop("bench.cost_breakdown", None)
+    from bench import cost_breakdown
+    from spotfleet.sim.traces import load_traces
+
+    folder = tmp_path / "never"
+    folder.mkdir()
+    for zone in ("us-east-1a", "us-west-2a"):
+        (folder / f"{zone}.json").write_text(trace_file(zone, [0] * 40, tick=1800, on_demand=3.06).model_dump_json())
+    row = cost_breakdown.policy_breakdown(
+        load_traces([folder]), "spotfleet", 0, work=4, deadline=8, restart=0.2, ckpt_min=30
+    )
+    # no spot anywhere: one on-demand instance runs the job to the end, and none of it was spot forgone
+    assert row["od_h"] > 4 and row["spot_h"] == 0
+    assert row["od_h_with_spot_up"] == 0
+    assert row["od_h_last_stretch"] == pytest.approx(row["od_h"])
