@@ -15,7 +15,7 @@ spot-only path runs the job's work and counts the hours it does not progress:
 
 Per set it prints the mean, median and spread of the slack spent, the share of
 starts that spend more than ``--slack-hours`` (the deadline's slack less a
-spot start's reserve, by default 52 − 48 − 0.5 h) and the mean number of
+spot start's reserve, by default 52 − 48 − 0.5 h: about V100's `start` of 0.51 h; GCP's is 0.6 h) and the mean number of
 starts, then one JSON line. No policy runs: seconds per set.
 
     python -m bench.slack_need --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 10
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-hours", type=float, default=52.0)
     p.add_argument("--restart-hours", type=float, default=0.2)
     p.add_argument("--slack-hours", type=float, default=None,
-                   help="slack a job may spend (default: deadline − work − 0.5 h, a spot start's reserve)")  # fmt: skip
+                   help="slack a job may spend (default: deadline − work − 0.5 h, about a spot start's reserve; GCP's is 0.6 h)")  # fmt: skip
     args = p.parse_args(argv)
     if args.starts < 1:
         p.error(f"--starts {args.starts}: give at least 1")
