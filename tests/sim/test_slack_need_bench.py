@@ -26,11 +26,15 @@ def test_a_reclaim_costs_a_restart_and_an_outage_its_wait(monkeypatch: pytest.Mo
     up = np.array([[1, 1, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 1]], dtype=bool)
     # tick 0: start in zone 0 (restart 0.5 h); 1: work; 2: reclaimed, nothing up (wait);
     # 3: start in zone 1 (restart); 4: the last half hour of work
-    assert b.spot_only_need(up, 0, work_h=1.0, restart_h=0.5, tick_h=0.5) == (1.5, 2)
-    # from tick 3 nothing is lost: one start, then work
-    assert b.spot_only_need(up, 3, work_h=1.0, restart_h=0.5, tick_h=0.5) == (0.5, 1)
+    path = b.spot_only_need(up, 0, work_h=1.0, restart_h=0.5, tick_h=0.5)
+    # held on spot at ticks 0, 1, 3, 4; one reclaim (at tick 2)
+    assert (path.spent_h, path.starts, path.spot_h, path.reclaims) == (1.5, 2, 2.0, 1)
+    # from tick 3 nothing is lost: one start, then work; no reclaim
+    path = b.spot_only_need(up, 3, work_h=1.0, restart_h=0.5, tick_h=0.5)
+    assert (path.spent_h, path.starts, path.spot_h, path.reclaims) == (0.5, 1, 1.5, 0)
     # a restart shorter than a tick is paid within it: the rest of the tick is work
-    assert b.spot_only_need(up, 3, work_h=1.0, restart_h=0.2, tick_h=0.5) == pytest.approx((0.2, 1))
+    path = b.spot_only_need(up, 3, work_h=1.0, restart_h=0.2, tick_h=0.5)
+    assert (path.spent_h, path.starts) == pytest.approx((0.2, 1))
 
 
 def test_prints_the_spread_and_one_json_line(
@@ -48,7 +52,21 @@ def test_prints_the_spread_and_one_json_line(
     # every start pays at least its first restart; the shares are shares
     assert line["mean_spent_h"] >= 0.5 and line["mean_starts"] >= 1
     assert 0.0 <= line["share_over_slack"] <= 1.0
-    assert "a spot-only path spends" in out[0]
+    assert line["reclaims_per_spot_h"] is not None and line["reclaims_per_spot_h"] >= 0.0
+    assert "a spot-only path spends" in out[0] and "reclaims met per hour on spot" in out[1]
+
+
+def test_the_reclaim_rate_is_reclaims_over_hours_held(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zone up 1 h, down 1 h, over and over, with 30-minute ticks: 4 h of
+    work take four 1 h runs, and the last one ends with the work, not a
+    reclaim: 3 reclaims over 4 h held (the bench's rate pools these)."""
+    b = _bench(monkeypatch)
+    pattern = [1, 1, 0, 0] * 40
+    path = b.spot_only_need(np.array([pattern], dtype=bool), 0, work_h=4.0, restart_h=0.0, tick_h=0.5)
+    # 4 h of work in 1 h runs: 4 starts, 3 reclaims, 4 h held
+    assert (path.starts, path.reclaims, path.spot_h) == (4, 3, 4.0)
 
 
 def test_rejects_a_deadline_inside_the_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
