@@ -12,6 +12,9 @@ starts as ``bench/policy_cost.py --subsets``), runs the policy and the optimum
   interruption notices: ``Bill.reclaimed`` is rarely set, as the drained
   instance is given back within the notice);
 - hours waited with nothing running;
+- dollars billed after the job finished (``billed_after_finish_usd``: the
+  last instance waiting out the idle TTL until the controller gives it back;
+  the optimum pays none), read off the simulator's cost curve;
 - when on-demand was first used, and the slack left then (estimated from the
   bills: progress = paid time minus one restart per instance);
 - the slack left at the finish (deadline minus finish): slack a job ends with
@@ -113,6 +116,8 @@ def policy_breakdown(
         )  # fmt: skip
         done += max(0.0, (e - a) - restart)
     job = sim.jobs[0]
+    # the cost curve has a point at every wake-up, the finish among them: what came after is the idle tail
+    at_finish = max((usd for t, usd in sim.cost_curve if t <= end), default=0.0)
     return {
         "cost": run.cost,
         "missed": run.missed,
@@ -125,6 +130,7 @@ def policy_breakdown(
         "od_h_with_spot_up": od_spot_up,
         "od_h_last_stretch": last_od,
         "waited_h": waited,
+        "billed_after_finish_usd": max(0.0, run.cost - at_finish),
         "instances": len(bills),
         "starts": job.starts,
         # a drained instance is usually given back before the cloud takes it: count the job's notices
@@ -250,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         bands = ", ".join(f"{k:.1f}-{k + 0.5:.1f} h ${v:,.0f}" for k, v in left["gap_usd_by_slack_left_h"].items())
         print(f"slack left at the finish: {left['policy_mean_h']:.2f} h ({args.policy}), "
               f"{left['optimal_mean_h']:.2f} h (optimum); extra USD by slack left: {bands}")  # fmt: skip
-        print(json.dumps({"policy": args.policy, "starts": len(rows), **left}))
+        tail = sum(r["policy"]["billed_after_finish_usd"] for r in rows)
+        share = tail / sum(r["policy"]["cost"] for r in rows)
+        print(f"billed after the job finished: ${tail:,.2f} ({share:.2%} of {args.policy}'s cost; the optimum: $0)")
+        print(json.dumps({"policy": args.policy, "starts": len(rows), **left,
+                          "billed_after_finish_usd": round(tail, 2), "billed_after_finish_share": round(share, 5)}))  # fmt: skip
     return 0
 
 

@@ -15,11 +15,12 @@ spot-only path runs the job's work and counts the hours it does not progress:
 
 Per set it prints the mean, median and spread of the slack spent, the share of
 starts that spend more than ``--slack-hours`` (the deadline's slack less a
-spot start's reserve, by default 52 − 48 − 0.5 h: about V100's `start` of 0.51 h; GCP's is 0.6 h), the mean number of
-starts and the reclaim rate the path met per hour on spot (pooled: reclaims over
-hours held), which is what the hazard prior stands for: a job moving between
-zones enters runs part-way through and meets fewer reclaims than one over the
-zones' mean run. Then one JSON line. No policy runs: seconds per set.
+spot start's reserve, by default 52 − 48 − 0.5 h: about V100's `start` of
+0.51 h; GCP's is 0.6 h), the mean number of starts and the reclaim rate the
+path met per hour on spot (pooled: reclaims over hours held), which is what
+the hazard prior stands for: a job moving between zones enters runs part-way
+through and meets fewer reclaims than one over the zones' mean run. Then one
+JSON line. No policy runs: seconds per set.
 
     python -m bench.slack_need --traces ../shared/data/traces/aws-v100-2023-02 --subsets 3 --starts 10
 """

@@ -41,6 +41,8 @@ def test_breakdown_decomposes_each_start_beside_the_optimum(
         # on-demand bought while spot was up, and the last stretch, are parts of the on-demand hours
         assert 0 <= mine["od_h_with_spot_up"] <= mine["od_h"] + 0.5 and 0 <= mine["od_h_last_stretch"] <= mine["od_h"]
         assert best["slack_left_h"] == pytest.approx(8 - best["finish_h"]) and best["slack_left_h"] >= -1e-9
+        # the last instance waits out the idle TTL (300 s) after the finish: billed, and within the run's cost
+        assert 0 < mine["billed_after_finish_usd"] < mine["cost"]
     printed = capsys.readouterr().out
     assert "us-east-1a,us-west-2a: ratio" in printed
     summary = json.loads(printed.strip().splitlines()[-1])
@@ -49,6 +51,9 @@ def test_breakdown_decomposes_each_start_beside_the_optimum(
     # every start's extra dollars land in one band, so the bands add up to the whole gap
     assert sum(gaps.values()) == pytest.approx(sum(r["policy"]["cost"] - r["optimal"]["cost"] for r in rows), abs=0.02)
     assert summary["policy_mean_h"] == pytest.approx(sum(r["policy"]["slack_left_h"] for r in rows) / 2)
+    tail = sum(r["policy"]["billed_after_finish_usd"] for r in rows)
+    assert summary["billed_after_finish_usd"] == pytest.approx(tail, abs=0.01)
+    assert "billed after the job finished" in printed
 
 
 def test_on_demand_without_spot_counts_as_a_last_stretch_not_as_spot_forgone(
@@ -70,3 +75,5 @@ def test_on_demand_without_spot_counts_as_a_last_stretch_not_as_spot_forgone(
     assert row["od_h"] > 4 and row["spot_h"] == 0
     assert row["od_h_with_spot_up"] == 0
     assert row["od_h_last_stretch"] == pytest.approx(row["od_h"])
+    # the on-demand instance is kept for the idle TTL after the finish: at least 300 s at $3.06/h
+    assert row["billed_after_finish_usd"] >= 300 / 3600 * 3.06 - 1e-6

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .helpers import REPO
+from .helpers import REPO, trace_file
 from .test_policy_cost_subsets import write_traces
 
 
@@ -61,12 +61,21 @@ def test_the_reclaim_rate_is_reclaims_over_hours_held(
 ) -> None:
     """A zone up 1 h, down 1 h, over and over, with 30-minute ticks: 4 h of
     work take four 1 h runs, and the last one ends with the work, not a
-    reclaim: 3 reclaims over 4 h held (the bench's rate pools these)."""
+    reclaim: 3 reclaims over 4 h held. The bench pools that per start."""
     b = _bench(monkeypatch)
     pattern = [1, 1, 0, 0] * 40
     path = b.spot_only_need(np.array([pattern], dtype=bool), 0, work_h=4.0, restart_h=0.0, tick_h=0.5)
-    # 4 h of work in 1 h runs: 4 starts, 3 reclaims, 4 h held
     assert (path.starts, path.reclaims, path.spot_h) == (4, 3, 4.0)
+    folder = tmp_path / "flapping"
+    folder.mkdir()
+    (folder / "us-east-1a.json").write_text(
+        trace_file("us-east-1a", pattern, tick=1800, on_demand=3.06).model_dump_json()
+    )
+    # one start, at tick 0 (up): the same 3 reclaims over 4 h held
+    assert b.main(["--traces", str(folder), "--starts", "1", "--work-hours", "4", "--deadline-hours", "8",
+                   "--restart-hours", "0"]) == 0  # fmt: skip
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["reclaims_per_spot_h"] == pytest.approx(0.75)
 
 
 def test_rejects_a_deadline_inside_the_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
