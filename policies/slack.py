@@ -163,7 +163,17 @@ def return_to_spot_pays(
     length ``1/λ``, at most the work left) less its restart. Cost: the restart
     paid at the spot price, and in slack that restart plus the one the spot
     run's reclaim will cost (``reclaim_slack_h``), each hour priced at
-    ``value_per_h``. The caller moves only when gain > cost."""
+    ``value_per_h``. The caller moves only when gain > cost.
+
+    Design choice: the two sides do not count an attempt alike. The gain
+    takes the restart off the run (``1/λ − d``, not ``e^{−λd}/λ``) and the
+    cost charges the restart's dollars in full, though with the slack binding
+    the later attempt it displaces would pay its own. At ``p`` = 1 and
+    ``λ_now`` = ``λ`` the test therefore fails by ``d·s + Δ·λd²/2``, so a job
+    returns only when the current run is visibly better than the average
+    one. Made exact, the test returned on near ties in flapping markets and
+    spent the slack before the long runs came (V100 1.157 → 1.197;
+    docs/simulator.md, "The return test's bookkeeping made exact")."""
     life = 1.0 / hazard_per_h if hazard_per_h > 0 else work_left_h
     gain = premium_per_h * max(0.0, min(work_left_h, life) - restart_h)
     cost = restart_h * spot_price + outlook.value_per_h * (restart_h + outlook.reclaim_slack_h)
