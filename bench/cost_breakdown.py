@@ -224,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         wanted = {tuple(sorted(s.split(","))) for s in args.only}
         subsets = [s for s in subsets if s in wanted]
+        if not subsets:
+            p.error(f"--only {' '.join(args.only)} names no subset of {args.subsets} of the zones "
+                    f"{', '.join(names)}: give {args.subsets} of them, comma-separated (or set --subsets)")  # fmt: skip
     rows = []
     out = open(args.json, "w") if args.json else None
     for zones in subsets:

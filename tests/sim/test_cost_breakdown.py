@@ -77,3 +77,20 @@ def test_on_demand_without_spot_counts_as_a_last_stretch_not_as_spot_forgone(
     assert row["od_h_last_stretch"] == pytest.approx(row["od_h"])
     # the on-demand instance is kept for the idle TTL after the finish: at least 300 s at $3.06/h
     assert row["billed_after_finish_usd"] >= 300 / 3600 * 3.06 - 1e-6
+
+
+def test_only_that_names_no_subset_is_an_error_not_an_empty_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Zones given space-separated (or a subset of another size than
+    ``--subsets``) used to run nothing and exit 0."""
+    monkeypatch.syspath_prepend(str(REPO))
+    sys.modules.pop("bench.cost_breakdown", None)
+    from bench import cost_breakdown
+
+    traces = write_traces(tmp_path / "traces")
+    with pytest.raises(SystemExit) as exc:
+        cost_breakdown.main(["--traces", str(traces), "--subsets", "2", "--only", "us-east-1a", "us-west-2a"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--only us-east-1a us-west-2a names no subset of 2" in err and "comma-separated" in err
