@@ -51,12 +51,29 @@ def test_follows_spot_into_another_region_where_single_region_up_cannot() -> Non
     assert pinned.cost > ups.cost
 
 
-def test_tries_regions_in_a_fixed_order_not_by_price() -> None:
+def test_takes_the_cheapest_spot_first() -> None:
     traces = _set([1] * 12, [1] * 12, east_spot=2.0, west_spot=1.0)
     ups = _run(traces, "ups", work=2, deadline=5)
-    assert {b.zone for b in ups.bills} == {"us-east-1a"}
+    assert {b.zone for b in ups.bills} == {"us-west-2a"}
     greedy = _run(traces, "greedy", work=2, deadline=5)
     assert {b.zone for b in greedy.bills} == {"us-west-2a"}
+
+
+def test_after_a_reclaim_it_tries_other_regions_first_eager_failover() -> None:
+    # us-east-1a ($1) is reclaimed at hour 1; us-east-1b ($1.5, same region) and
+    # us-west-2a ($2) have spot throughout. Cheapest-first alone would take
+    # us-east-1b; UP(S) moves the region it was just reclaimed in to the end.
+    files = [
+        trace_file("us-east-1a", [1, 1] + [0] * 10, spot=1.0, on_demand=3.0),
+        trace_file("us-east-1b", [1] * 12, spot=1.5, on_demand=3.0),
+        trace_file("us-west-2a", [1] * 12, spot=2.0, on_demand=3.0),
+    ]
+    traces = build_trace_set([(f.zone, f) for f in files])
+    ups = _run(traces, "ups", work=2, deadline=5)
+    order = [(b.zone, b.market) for b in sorted(ups.bills, key=lambda b: b.launched_at)]
+    assert order == [("us-east-1a", Market.SPOT), ("us-west-2a", Market.SPOT)]
+    greedy = _run(traces, "greedy", work=2, deadline=5)  # greedy takes the cheapest left
+    assert [b.zone for b in sorted(greedy.bills, key=lambda b: b.launched_at)] == ["us-east-1a", "us-east-1b"]
 
 
 def test_behind_the_line_without_spot_it_buys_on_demand_where_it_last_ran() -> None:
@@ -80,7 +97,7 @@ def test_ucm_registered_for_the_bench() -> None:
 
 def test_ucm_takes_the_cheaper_spot_not_the_first_region() -> None:
     # Both regions have spot all along; west's is half the price. UCM scores each
-    # pool's net value per hour, so west; UP(S) takes the first region in order.
+    # pool's net value per hour, so west.
     traces = _set([1] * 12, [1] * 12, east_spot=2.0, west_spot=1.0)
     ucm = _run(traces, "ucm", work=2, deadline=5)
     assert {(b.zone, b.market) for b in ucm.bills} == {("us-west-2a", Market.SPOT)}
