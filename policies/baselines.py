@@ -56,8 +56,13 @@ every empty instance at once.
   (``unified_cost_model_risk``): availability comes from the snapshot every
   tick instead of hourly paid probes; an empirical mean residual life replaces
   its Nelson-Aalen/jitter/burst lifetime models; no migration penalty (egress,
-  transfer time) and no VOI gating. Written from reading the artifact, no code
-  copied; docs/simulator.md has the cross-check against its simulator.
+  transfer time) and no VOI gating. The artifact's *environment* latches every
+  policy but its oracle onto on-demand once the remaining work plus a restart
+  no longer fits before the deadline (``MultiTraceEnv.maybe_trigger_safety_net``),
+  so ``ucm`` does the same (``out_of_slack``, as greedy); before 2026-12 it had
+  no such guard and missed deadlines the artifact's UCM cannot. Written from
+  reading the artifact, no code copied; docs/simulator.md has the cross-check
+  against its simulator.
 
 Work and progress come from the job: ``spec.expected_duration`` is ``C``,
 ``progress['done_s']`` (or ``fraction``) the work done, ``spec.deadline`` the
@@ -398,6 +403,7 @@ class UnifiedCostModelPolicy(TargetPolicy):
     name: str = "ucm"
     moves_running_jobs: bool = True
     value_markup: float = 1.2  # V = 1.2 × the reference cost per hour of progress
+    safety_net: set[str] = field(default_factory=set)  # job ids latched on on-demand by the deadline
     max_lifetime_hours: float = 2.0  # cap on a predicted spot lifetime
     availability_window_hours: float = 12.0
     progress_window_hours: float = 10.0
@@ -554,6 +560,13 @@ class UnifiedCostModelPolicy(TargetPolicy):
             if current is not None:
                 return Target(current.market, zone=current.offering.zone, reason="no deadline: keep running")
             return Target(Market.SPOT, reason="no deadline: spot only") if self.spot_available(job, snapshot) else None
+        if job.id in self.safety_net or self.out_of_slack(job, now):
+            # the artifact's environment, not its policy, guarantees the deadline: once waiting
+            # one more step would leave less than the work plus a restart, on-demand until done
+            self.safety_net.add(job.id)
+            if current is not None and current.market is Market.ON_DEMAND:
+                return Target(Market.ON_DEMAND, zone=current.offering.zone, reason="safety net: on-demand until done")
+            return Target(Market.ON_DEMAND, reason="safety net: on-demand until done")
         V = self.progress_value(job, snapshot)
         req = job.spec.node_requirements()
         here = current.offering if current is not None else None

@@ -126,6 +126,21 @@ def test_ucm_with_no_spot_anywhere_values_progress_at_on_demand_and_buys_it_at_o
     assert min(b.launched_at for b in ucm.bills) < min(b.launched_at for b in greedy.bills)
 
 
+def test_ucm_runs_under_the_artifacts_deadline_safety_net() -> None:
+    # Cheap spot up two ticks in three (30-min ticks, 0.2 h restarts): UCM alone keeps
+    # chasing it and, before the net, finished after the deadline. The artifact's
+    # environment latches every policy onto on-demand once the work no longer fits.
+    files = [
+        trace_file("us-east-1a", [1, 1, 0] * 8, spot=0.3, on_demand=3.0),
+        trace_file("us-west-2a", [0] * 24, spot=0.3, on_demand=3.0),
+    ]
+    traces = build_trace_set([(f.zone, f) for f in files])
+    result = run_single_job(traces, "ucm", work_hours=3, deadline_hours=4, start_tick=0, restart_hours=0.2)
+    assert result.sim is not None and not result.missed
+    bills = sorted(result.sim.bills, key=lambda b: b.launched_at)
+    assert bills[0].market is Market.SPOT and bills[-1].market is Market.ON_DEMAND
+
+
 def test_the_cross_check_command_runs_ucm_and_ups_in_the_bench(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
