@@ -235,6 +235,23 @@ def _price_table(path: Path) -> dict[str, Any]:
     return table
 
 
+def _given_spot_price(
+    source: Path, stem: str, opts: Options, table: dict[str, Any] | None, raw: dict[str, Any], n_ticks: int, hint: str
+) -> tuple[Price, str] | None:
+    """The spot price the command line or the file itself gives, in that order
+    (``--spot-price``, ``--spot-prices``, the file's ``prices`` list), with a
+    note on where it came from; None when neither gives one."""
+    if opts.spot_price is not None:
+        return round(opts.spot_price, PRICE_DECIMALS), "constant spot price (--spot-price)"
+    if table is not None:
+        return _from_table(source, stem, opts, table, n_ticks)
+    if "prices" in raw:
+        spot = _collapse(_price_list(source, "prices", raw["prices"], n_ticks, hint))
+        kind = "per-tick spot prices" if isinstance(spot, list) else "constant spot price"
+        return spot, f"{kind} from the file's own prices list"
+    return None
+
+
 def _from_table(source: Path, stem: str, opts: Options, table: dict[str, Any], n_ticks: int) -> tuple[Price, str]:
     assert opts.spot_prices is not None
     if stem not in table:
@@ -315,16 +332,8 @@ def convert_spot_traces(path: Path, raw: dict[str, Any], opts: Options, table: d
         _fail(path, "--kind", "cannot tell availability from preemption (no directory of the path is named "
                               "'availability' or 'preemption'); pass --kind availability or --kind preemption")  # fmt: skip
     tick = _tick_seconds(path, metadata, opts)
-    spot: Price
-    if opts.spot_price is not None:
-        spot, spot_note = round(opts.spot_price, PRICE_DECIMALS), "constant spot price (--spot-price)"
-    elif table is not None:
-        spot, spot_note = _from_table(path, stem, opts, table, len(data))
-    elif "prices" in raw:
-        prices = _price_list(path, "prices", raw["prices"], len(data), "or pass --spot-price / --spot-prices")
-        spot, spot_note = _collapse(prices), "spot prices from the file's own prices list"
-    else:
-        spot, spot_note = None, "spot price unknown (null: the simulator's catalog fills it)"
+    given = _given_spot_price(path, stem, opts, table, raw, len(data), "or pass --spot-price / --spot-prices")
+    spot, spot_note = given or (None, "spot price unknown (null: the simulator's catalog fills it)")
     cited = found[1] if found else str(path)
     return _record(
         name=f"{cloud}-{opts.instance_type}-{zone}{opts.name_suffix}",
@@ -378,15 +387,10 @@ def convert_skynomad(path: Path, raw: dict[str, Any], opts: Options, table: dict
         if on_demand is None or on_demand <= 0:
             _fail(path, "metadata.price_info.on_demand_price", f"{info.get('on_demand_price')!r} is not a price > 0; "
                                                                "pass --on-demand-price")  # fmt: skip
+    given = _given_spot_price(path, stem, opts, table, raw, len(data), "or pass --spot-price")
     spot: Price
-    if opts.spot_price is not None:
-        spot, spot_note = round(opts.spot_price, PRICE_DECIMALS), "constant spot price (--spot-price)"
-    elif table is not None:
-        spot, spot_note = _from_table(path, stem, opts, table, len(data))
-    elif "prices" in raw:
-        spot = _collapse(_price_list(path, "prices", raw["prices"], len(data), "or pass --spot-price"))
-        spot_note = "per-tick spot prices" if isinstance(spot, list) else "constant spot price"
-        spot_note += " from the trace's prices list"
+    if given is not None:
+        spot, spot_note = given
     elif _number(info.get("price")) is not None:
         spot, spot_note = round(float(info["price"]), PRICE_DECIMALS), "spot price from metadata.price_info.price"
     else:
