@@ -546,6 +546,19 @@ class UnifiedCostModelPolicy(TargetPolicy):
 
     # ------------------------------------------------------------ the decision
 
+    def _net_fires(self, job: Job, now: datetime, current: Instance | None) -> bool:
+        """The artifact's environment, not its policy, guarantees the deadline: once
+        waiting one more step would leave less than the work plus a restart, on-demand
+        until done (``out_of_slack``). Its drains are free; ours save a checkpoint
+        first, so a job that is running also keeps that save's time in hand."""
+        left, work = hours_left(job, now), work_hours(job)
+        if left is None or work is None:
+            return False
+        took = job.spec.checkpoint.duration if current is not None else None
+        save_h = took.total_seconds() / 3600 if took is not None else 0.0
+        remaining = max(work - done_hours(job), 0.0)
+        return left - self.decision_interval_hours - save_h <= remaining + self.restart_hours
+
     def moves_away(self, target: Target, current: Instance) -> bool:
         return target.market is not current.market or (target.zone is not None and target.zone != current.offering.zone)
 
@@ -560,9 +573,7 @@ class UnifiedCostModelPolicy(TargetPolicy):
             if current is not None:
                 return Target(current.market, zone=current.offering.zone, reason="no deadline: keep running")
             return Target(Market.SPOT, reason="no deadline: spot only") if self.spot_available(job, snapshot) else None
-        if job.id in self.safety_net or self.out_of_slack(job, now):
-            # the artifact's environment, not its policy, guarantees the deadline: once waiting
-            # one more step would leave less than the work plus a restart, on-demand until done
+        if job.id in self.safety_net or self._net_fires(job, now, current):
             self.safety_net.add(job.id)
             if current is not None and current.market is Market.ON_DEMAND:
                 return Target(Market.ON_DEMAND, zone=current.offering.zone, reason="safety net: on-demand until done")
