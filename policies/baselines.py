@@ -214,13 +214,14 @@ class TargetPolicy:
     def spot_available(self, job: Job, snapshot: Snapshot, *, region: str | None = None) -> bool:
         return self.offering_for(job, snapshot, Target(Market.SPOT, region=region)) is not None
 
-    def out_of_slack(self, job: Job, now: datetime) -> bool:
-        """Would waiting one more interval leave less than the work plus a restart?"""
+    def out_of_slack(self, job: Job, now: datetime, *, in_hand_h: float = 0.0) -> bool:
+        """Would waiting one more interval leave less than the work plus a restart
+        (and ``in_hand_h`` more, e.g. a drain's checkpoint save)?"""
         left, work = hours_left(job, now), work_hours(job)
         if left is None or work is None:
             return False
         remaining = max(work - done_hours(job), 0.0)
-        return left - self.decision_interval_hours <= remaining + self.restart_hours
+        return left - self.decision_interval_hours - in_hand_h <= remaining + self.restart_hours
 
 
 @dataclass
@@ -551,13 +552,8 @@ class UnifiedCostModelPolicy(TargetPolicy):
         waiting one more step would leave less than the work plus a restart, on-demand
         until done (``out_of_slack``). Its drains are free; ours save a checkpoint
         first, so a job that is running also keeps that save's time in hand."""
-        left, work = hours_left(job, now), work_hours(job)
-        if left is None or work is None:
-            return False
         took = job.spec.checkpoint.duration if current is not None else None
-        save_h = took.total_seconds() / 3600 if took is not None else 0.0
-        remaining = max(work - done_hours(job), 0.0)
-        return left - self.decision_interval_hours - save_h <= remaining + self.restart_hours
+        return self.out_of_slack(job, now, in_hand_h=took.total_seconds() / 3600 if took is not None else 0.0)
 
     def moves_away(self, target: Target, current: Instance) -> bool:
         return target.market is not current.market or (target.zone is not None and target.zone != current.offering.zone)
