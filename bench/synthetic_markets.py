@@ -121,6 +121,18 @@ PROBES: tuple[Probe, ...] = (
         lambda rng: [("us-east-1a", _every(6, 2), 0.92), ("us-east-1b", _every(6, 2, 4), 1.20)],
     ),
     Probe(
+        "dear-zone-bridges",
+        "two zones at 30 % of on-demand, each up 4 h and down 1.5 h on average (random), and one at 70 % "
+        "always up: does a job with slack wait out the cheap zones' outages instead of bridging them "
+        "in the dear zone?",
+        "waits out most outages of the cheap zones; the dear zone only where the slack would run short",
+        lambda rng: [
+            ("us-east-1a", _markov(rng, 4, 1.5), 0.92),
+            ("us-east-1b", _markov(rng, 4, 1.5), 0.95),
+            ("us-west-2a", [1] * TICKS, 2.14),
+        ],
+    ),
+    Probe(
         "flapping",
         "random runs: 3 h up / 1 h down at $0.92, 0.5 h / 0.5 h at $0.70 (the cheaper zone flaps)",
         "knows every run: no online policy can match it; for reference",

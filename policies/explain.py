@@ -126,9 +126,10 @@ def explain_job(
     decision = result.markets.get(job.id)
     if decision is None:  # not planned this step (already placed): what it would be
         decision = decide_market(job, now=snapshot.now, expected_hours=_known_hours(job.spec, forecast), knobs=knobs)
-    ranking = rank(snapshot.offerings, shape=shape, econ=econ, markets=decision.markets, forecast=forecast,
-                   unavailable=snapshot.unavailable, now=snapshot.now, market_reason=decision.reason,
-                   knobs=knobs)  # fmt: skip
+    # a job waiting for a cheaper spot pool has no market this step: show the spot ranking it waits on
+    ranking = rank(snapshot.offerings, shape=shape, econ=econ, markets=decision.markets or SPOT_ONLY,
+                   forecast=forecast, unavailable=snapshot.unavailable, now=snapshot.now,
+                   market_reason=decision.reason, knobs=knobs)  # fmt: skip
     groups: OrderedDict[str, list[str]] = OrderedDict()
     for o, reason in ranking.rejected:
         groups.setdefault(constraint_of(reason), []).append(o.key)

@@ -84,10 +84,13 @@ def outlook(
     restart_h: float,
     premium_per_h: float,
     idle_without_spot: bool = False,
+    wait_h: float | None = None,
 ) -> SlackOutlook:
     """The slack outlook of a job with ``work_left_h`` to do on spot (see the module docstring).
 
-    ``premium_per_h``: on-demand minus spot price for the job's nodes (USD/h)."""
+    ``premium_per_h``: on-demand minus spot price for the job's nodes (USD/h).
+    ``wait_h``: the mean wait of the current outage when the job is idle
+    (``idle_without_spot``); None: the market's mean down run."""
     lam = max(0.0, hazard_per_h)
     d = max(0.0, restart_h)
     q = min(1.0, max(0.0, 1.0 - supply.availability))
@@ -98,8 +101,9 @@ def outlook(
     mean = reclaims * cost1
     var = reclaims * cost2
     if idle_without_spot:
-        mean += d + m  # wait out this outage, then restart
-        var += m * m
+        w = m if wait_h is None else max(0.0, wait_h)
+        mean += d + w  # wait out this outage, then restart
+        var += w * w
     sd = math.sqrt(var)
     if sd > 1e-9:
         pressure = 0.5 * math.erfc((spendable_h - mean) / (sd * math.sqrt(2.0)))
@@ -146,6 +150,29 @@ def spot_hours_per_slack_hour(
     usable = min(work, math.exp(-hazard_per_h * restart_h) / hazard_per_h) if hazard_per_h > 0 else work
     per_attempt = restart_h + reclaim_cost_h
     return max(1.0, usable / per_attempt) if per_attempt > 0 else 1.0
+
+
+def cheaper_pool_wait(
+    *, slack_value_per_h: float, wait_h: float, restart_h: float, gap_per_h: float, up_price_per_h: float
+) -> tuple[float, float]:
+    """(cost of waiting, cost of not waiting) for an idle deadline job that could
+    take a spot pool up now at ``up_price_per_h`` or wait for cheaper pools that
+    are down, ``gap_per_h`` cheaper and expected back in ``wait_h``.
+
+    Over the wait both paths end on the cheap pool with one restart there.
+    Waiting spends ``wait_h`` of slack; taking the dear pool spends its own
+    restart ``d`` of slack instead, so waiting costs ``(wait_h − d)`` hours of
+    slack at ``slack_value_per_h``. Taking the dear pool pays its restart at
+    its price and does the ``wait_h − d`` hours of work it buys at ``gap_per_h``
+    more than the cheap pool will charge for them. A wait shorter than a
+    restart costs nothing: the dear pool would not even have started.
+
+    So the job waits while an hour of slack is worth less than the gap
+    (plus the restart spread over the useful wait): with plenty of slack it
+    waits the outage out; as the slack comes to bind, the dear pool is taken.
+    """
+    useful = max(0.0, wait_h - restart_h)
+    return slack_value_per_h * useful, gap_per_h * useful + restart_h * up_price_per_h
 
 
 def return_to_spot_pays(

@@ -31,6 +31,7 @@ already present.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,7 +73,7 @@ from spotfleet.policies.selection import (
     move_rate_per_gib,
 )
 from spotfleet.policies.shape import Shape, shape_of
-from spotfleet.policies.slack import SlackOutlook, outlook, return_to_spot_pays
+from spotfleet.policies.slack import SlackOutlook, cheaper_pool_wait, outlook, return_to_spot_pays
 
 
 @dataclass(slots=True)
@@ -265,6 +266,79 @@ class SpotfleetPolicy:
             f"egress ${egress:.2f})"
         )
 
+    def _cheaper_pool_wait(
+        self, job: Job, shape: Shape, index: OfferingIndex, forecast: Forecast, *, now: datetime
+    ) -> str | None:
+        """Why an idle deadline job should leave the spot pool that is up and wait
+        for cheaper pools of the same instance type that are down now, or None.
+
+        The choice the market rule does not see: it takes spot "while
+        available" in any pool, so when the cheap zones are out and a dear one
+        is up (a zone at 70 % of on-demand, always up, next to four at 15-20 %)
+        a job bridges every outage there and then moves back, paying the gap
+        and two restarts. Scored by ``slack.cheaper_pool_wait``: the cheaper
+        pools' expected return (the first of them, each an exponential with its
+        observed mean down run) in slack, against the gap over that wait plus
+        the dear pool's restart. An hour of slack is priced by the dearer of
+        two outlooks: waiting for the cheaper pools (their joint supply, and
+        on-demand's premium over them, as once the slack binds the rest runs on
+        on-demand) and the job's outlook on the whole market.
+
+        - *Cheaper* is per useful hour (``market.spot_cost_per_work``: the price
+          over the share a pool's reclaims leave useful, its hazard the larger
+          of the learned one and one over its mean up run), not the price: a
+          zone 20 % cheaper that flaps is not worth waiting for.
+        - The gap over the wait must pay a restart in the dear pool. A smaller
+          gap would not move the job back from the dear pool either
+          (``migration_gain``'s ski rental), so waiting buys only a gap that
+          small against slack whose price the outlook gets most wrong late in
+          a flapping run. Without this guard the rule made the GCP
+          development set dearer (1.057 → 1.065, the worst subset 1.189 →
+          1.226): jobs waited for zones $2-4/h cheaper, met flapping pools, and
+          ended on on-demand (docs/simulator.md, "Waiting for a cheaper pool").
+        - Only with ``wait`` of slack (``DeadlineThresholds``): below it the
+          rules of an idle job apply unchanged. Every step decides afresh.
+        - Same instance type only: its zones differ in price and supply, not
+          in speed or fit."""
+        hours = _known_hours(job.spec, forecast)
+        if hours is None or job.spec.deadline is None:
+            return None
+        d = self.knobs.restart_delay_h
+        pools = _cheaper_pools(index, forecast, shape, d)
+        if pools is None:
+            return None
+        up, per_job, wait_h, gap = pools.up, pools.per_job, pools.wait_h, pools.gap
+        if gap * max(0.0, wait_h - d) < d * up.price_per_hour * per_job:
+            return None  # the gap over the wait does not pay a restart in the dear pool (docstring)
+        t = deadline_thresholds(job, now=now, expected_hours=hours, knobs=self.knobs,
+                                providers=_spot_providers(index, shape))  # fmt: skip
+        if t.slack < t.wait:
+            return None
+        view = _market_view(index, shape)
+        if view is None:
+            return None
+        waiting = outlook(
+            spendable_h=t.slack - t.start,
+            work_left_h=max(0.0, hours - progress_hours(job, hours)),
+            hazard_per_h=pools.hazard * shape.nodes,
+            supply=pools.supply,
+            restart_h=d,
+            premium_per_h=max(0.0, view.on_demand_price * shape.nodes - pools.cost),
+            idle_without_spot=True,
+            wait_h=wait_h,
+        )
+        # the dearer of two readings of an hour of slack: the wait's own outlook (the cheaper pools'
+        # supply) and the job's outlook on the whole market, as the market rule reads it
+        market = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
+        value = max(waiting.value_per_h, market.value_per_h if market is not None else 0.0)
+        wait_cost, take_cost = cheaper_pool_wait(slack_value_per_h=value, wait_h=wait_h, restart_h=d,
+                                                 gap_per_h=gap, up_price_per_h=up.price_per_hour * per_job)  # fmt: skip
+        if wait_cost >= take_cost:
+            return None
+        return (f"deadline: wait for cheaper spot — {pools.count} pool(s) down now at ${pools.cost:.2f} per useful "
+                f"hour, expected back in {wait_h:.2f} h; {up.zone} is up at ${pools.cost + gap:.2f}; waiting costs "
+                f"${wait_cost:.2f} of slack against ${take_cost:.2f} (the gap and a restart); {waiting.describe()}")  # fmt: skip
+
     def slack_outlook(
         self,
         job: Job,
@@ -350,6 +424,7 @@ class SpotfleetPolicy:
         per_spec: dict[int, tuple[Shape, Economics, float | None]] = {}
         plain: dict[int, MarketDecision] = {}
         plain_groups: dict[tuple[int, bool], list[Demand]] = {}
+        waiting: dict[str, Outcome] = {}  # deadline jobs that wait for a cheaper spot pool (``_cheaper_pool_wait``)
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
             # policy asked for (a planned move, a preemption) requeues the job, which is then
@@ -419,6 +494,12 @@ class SpotfleetPolicy:
                 slack=slack if spot_now or _market_down(index, shape) else None,
                 providers=_spot_providers(index, shape),
             )
+            if spot_now and decision.markets == SPOT_ONLY:
+                why_wait = self._cheaper_pool_wait(job, shape, index, forecast, now=now)
+                if why_wait is not None:
+                    result.markets[job.id] = MarketDecision((), why_wait)
+                    waiting[job.id] = Outcome("blocked", "waiting", why_wait)
+                    continue
             result.markets[job.id] = decision
             d = Demand(
                 job,
@@ -444,6 +525,7 @@ class SpotfleetPolicy:
             placer.place_group(members)
             _hold_budget(members, placer, index, ledger, snapshot)
         result.outcomes = placer.outcomes
+        result.outcomes.update(waiting)
 
         commands: list[Command] = [*placer.launches, *placer.binds]
         commands.extend(self._deadline_moves(snapshot, forecast, index, fleet, result))
@@ -595,6 +677,72 @@ def _market_view(index: OfferingIndex, shape: Shape) -> MarketView | None:
                           tuple(sorted({o.provider for o in spot})))  # fmt: skip
     cache[shape] = view
     return view
+
+
+@dataclass(frozen=True, slots=True)
+class CheaperPools:
+    """Spot pools of a shape's best usable instance type that are down now and
+    cheaper per useful hour than the best pool up (``_cheaper_pools``)."""
+
+    up: Offering  # the best usable spot pool
+    per_job: float  # instances of its type the job takes
+    count: int  # cheaper pools down now
+    wait_h: float  # expected wait for the first of them to come back
+    cost: float  # their USD per useful hour of the job's work, weighted by how soon each returns
+    gap: float  # the best pool up's USD per useful hour above ``cost``
+    hazard: float  # their reclaim rate per instance, weighted alike
+    supply: SpotSupply  # their joint supply: up when any is (independent), down runs of ``wait_h``
+
+
+_CHEAPER: weakref.WeakKeyDictionary[OfferingIndex, dict[tuple[Shape, float], CheaperPools | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _cheaper_pools(index: OfferingIndex, forecast: Forecast, shape: Shape, restart_h: float) -> CheaperPools | None:
+    """The shape's ``CheaperPools``, or None when no cheaper pool is down (cached per index: one plan).
+
+    A pool's cost per useful hour is ``market.spot_cost_per_work`` at its
+    hazard: the class's for the pool up, for a pool down the larger of the
+    learned one and one over its mean up run. Each down pool comes back after
+    an exponential down run of its observed mean, so the first of them is
+    expected after ``1 / Σ 1/mean_down`` and is each with a chance in
+    proportion to ``1/mean_down``."""
+    cache = _CHEAPER.setdefault(index, {})
+    key = (shape, restart_h)
+    if key in cache:
+        return cache[key]
+    d = restart_h
+
+    def per_work(price: float, hazard: float, per: int) -> float:
+        return spot_cost_per_work(SpotOffer(price * shape.nodes / per, hazard * shape.nodes), restart_h=d)
+
+    found: CheaperPools | None = None
+    usable = [c for c in index.classes(shape, SPOT_ONLY) if c.per and outlives_restart(c.hazard, d)]
+    if usable:
+        best = min(usable, key=lambda c: per_work(c.members[0].price_per_hour, c.hazard, c.per) / (c.speed or 1.0))
+        up = best.members[0]
+        up_cost = per_work(up.price_per_hour, best.hazard, best.per)
+        down: list[tuple[SpotSupply, float, float]] = []  # supply, hazard, USD per useful hour
+        for o in index.by_type.get((up.provider, up.instance_type), ()):
+            if o.market is not Market.SPOT or index.usable(o) or not index.accepts(shape, o, SPOT_ONLY):
+                continue
+            supply = forecast.pool_supply(o)
+            hazard = max(forecast.hazard(o), 1.0 / supply.mean_up_h if supply.mean_up_h > 0 else 0.0)
+            cost = per_work(o.price_per_hour, hazard, best.per)
+            if outlives_restart(hazard * shape.nodes, d) and cost < up_cost:
+                down.append((supply, hazard, cost))
+        if down:
+            rates = [1.0 / max(supply.mean_down_h, 1e-6) for supply, _, _ in down]
+            total = sum(rates)
+            wait_h = 1.0 / total
+            cost = sum(r * c for r, (_, _, c) in zip(rates, down, strict=True)) / total
+            hazard = sum(r * h for r, (_, h, _) in zip(rates, down, strict=True)) / total
+            none_up = math.prod(1.0 - supply.availability for supply, _, _ in down)
+            joint = SpotSupply(1.0 - none_up, down[0][0].mean_up_h, wait_h, up_now=False)
+            found = CheaperPools(up, shape.nodes / best.per, len(down), wait_h, cost, up_cost - cost, hazard, joint)
+    cache[key] = found
+    return found
 
 
 def _spot_providers(index: OfferingIndex, shape: Shape) -> tuple[str, ...]:

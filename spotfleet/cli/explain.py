@@ -31,6 +31,8 @@ def render(data: dict[str, Any], out: Console | None = None) -> None:
         out.print(f"[yellow]note:[/yellow] {data['policy_note']}")
     if data.get("markets"):
         out.print(f"market: {' or '.join(data['markets'])} — {data['market_reason']}")
+    elif data.get("market_reason"):
+        out.print(f"market: none this step — {data['market_reason']}")
     if data.get("note"):
         out.print(f"preemption: {data['note']}")
     extra = data.get("extra") or {}

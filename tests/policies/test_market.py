@@ -106,8 +106,10 @@ def test_deadline_without_known_duration_runs_on_demand() -> None:
 
 
 def test_deadline_job_moves_region_when_spot_dries_up() -> None:
+    # priced alike: were the dry zone cheaper, a job with this much slack would wait for it
+    # (tests/policies/test_cheaper_pool_wait.py)
     east = offering("g5.xlarge", "A10G", 1, 0.30, market=Market.SPOT, on_demand=1.0)
-    west = offering("g5.xlarge", "A10G", 1, 0.35, market=Market.SPOT, on_demand=1.0, region="us-west-2",
+    west = offering("g5.xlarge", "A10G", 1, 0.30, market=Market.SPOT, on_demand=1.0, region="us-west-2",
                     zone="usw2-az1")  # fmt: skip
     od = offering("g5.xlarge", "A10G", 1, 1.00)
     d = _deadline_job(0.0)
