@@ -11,7 +11,7 @@ them, and a policy that passes them can still lose on real markets.
     python bench/synthetic_markets.py                      # every probe, 4 starts, greedy and spotfleet
     python bench/synthetic_markets.py --markets cheaper-zone-returns --starts 8 --keep /tmp/probes
 
-Every market is 2 AWS-like zones (p3.2xlarge, on-demand $3.06/h) over 500 h
+Every market is 2 AWS-like zones (3 in dear-zone-bridges; p3.2xlarge, on-demand $3.06/h) over 500 h
 of 10-minute ticks; the job is scenario (a) of ``bench/policy_cost.py`` (48 h
 of work due in 52 h, 0.2 h restart). The controller is stepped at every tick
 by default, as the live controller steps every interval: several probes are

@@ -267,7 +267,7 @@ class SpotfleetPolicy:
         )
 
     def _cheaper_pool_wait(
-        self, job: Job, shape: Shape, index: OfferingIndex, forecast: Forecast, *, now: datetime
+        self, job: Job, shape: Shape, index: OfferingIndex, forecast: Forecast, pools: CheaperPools, *, now: datetime
     ) -> str | None:
         """Why an idle deadline job should leave the spot pool that is up and wait
         for cheaper pools of the same instance type that are down now, or None.
@@ -304,9 +304,6 @@ class SpotfleetPolicy:
         if hours is None or job.spec.deadline is None:
             return None
         d = self.knobs.restart_delay_h
-        pools = _cheaper_pools(index, forecast, shape, d)
-        if pools is None:
-            return None
         up, per_job, wait_h, gap = pools.up, pools.per_job, pools.wait_h, pools.gap
         if gap * max(0.0, wait_h - d) < d * up.price_per_hour * per_job:
             return None  # the gap over the wait does not pay a restart in the dear pool (docstring)
@@ -424,6 +421,7 @@ class SpotfleetPolicy:
         per_spec: dict[int, tuple[Shape, Economics, float | None]] = {}
         plain: dict[int, MarketDecision] = {}
         plain_groups: dict[tuple[int, bool], list[Demand]] = {}
+        cheaper: dict[int, CheaperPools | None] = {}  # spec id → its cheaper pools down now
         waiting: dict[str, Outcome] = {}  # deadline jobs that wait for a cheaper spot pool (``_cheaper_pool_wait``)
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
@@ -495,7 +493,12 @@ class SpotfleetPolicy:
                 providers=_spot_providers(index, shape),
             )
             if spot_now and decision.markets == SPOT_ONLY:
-                why_wait = self._cheaper_pool_wait(job, shape, index, forecast, now=now)
+                if id(spec) not in cheaper:  # per spec, like its shape: a batch shares one
+                    cheaper[id(spec)] = _cheaper_pools(index, forecast, shape, knobs.restart_delay_h)
+                pools = cheaper[id(spec)]
+                why_wait = (
+                    None if pools is None else self._cheaper_pool_wait(job, shape, index, forecast, pools, now=now)
+                )
                 if why_wait is not None:
                     result.markets[job.id] = MarketDecision((), why_wait)
                     waiting[job.id] = Outcome("blocked", "waiting", why_wait)

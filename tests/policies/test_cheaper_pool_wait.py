@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
+from rich.console import Console
+
+from spotfleet.cli.explain import render
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.explain import explain_job
@@ -55,6 +59,11 @@ def test_with_slack_to_spare_the_job_waits_for_the_cheap_zone_instead_of_the_dea
     assert "wait for cheaper spot" in outcome.reason and "z-dear" in outcome.reason
     shown = explain_job(snap, "d", policy=policy)
     assert shown.plan_code == "waiting" and "wait for cheaper spot" in shown.summary
+    # no market this step, but the spot ranking it waits on is shown
+    assert shown.markets == () and [row.zone for row in shown.top] == ["z-dear"]
+    out = StringIO()
+    render(shown.to_dict(), Console(file=out, width=200))
+    assert "market: none this step — deadline: wait for cheaper spot" in out.getvalue()
 
 
 def test_once_the_cheap_zone_is_back_the_job_starts_there() -> None:
