@@ -267,7 +267,15 @@ class SpotfleetPolicy:
         )
 
     def _cheaper_pool_wait(
-        self, job: Job, shape: Shape, index: OfferingIndex, forecast: Forecast, pools: CheaperPools, *, now: datetime
+        self,
+        job: Job,
+        shape: Shape,
+        index: OfferingIndex,
+        forecast: Forecast,
+        pools: CheaperPools,
+        market: SlackOutlook | None,
+        *,
+        now: datetime,
     ) -> str | None:
         """Why an idle deadline job should leave the spot pool that is up and wait
         for cheaper pools of the same instance type that are down now, or None.
@@ -301,7 +309,7 @@ class SpotfleetPolicy:
         - Same instance type only: its zones differ in price and supply, not
           in speed or fit."""
         hours = _known_hours(job.spec, forecast)
-        if hours is None or job.spec.deadline is None:
+        if hours is None:
             return None
         d = self.knobs.restart_delay_h
         up, per_job, wait_h, gap = pools.up, pools.per_job, pools.wait_h, pools.gap
@@ -325,8 +333,10 @@ class SpotfleetPolicy:
             wait_h=wait_h,
         )
         # the dearer of two readings of an hour of slack: the wait's own outlook (the cheaper pools'
-        # supply) and the job's outlook on the whole market, as the market rule reads it
-        market = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
+        # supply) and the job's outlook on the whole market, the one the market rule read (``market``;
+        # None for a job on a reclaimed instance, whose outlook the plan does not work out)
+        if market is None:
+            market = self.slack_outlook(job, shape, index, forecast, now=now, idle_without_spot=False)
         value = max(waiting.value_per_h, market.value_per_h if market is not None else 0.0)
         wait_cost, take_cost = cheaper_pool_wait(slack_value_per_h=value, wait_h=wait_h, restart_h=d,
                                                  gap_per_h=gap, up_price_per_h=up.price_per_hour * per_job)  # fmt: skip
@@ -421,7 +431,6 @@ class SpotfleetPolicy:
         per_spec: dict[int, tuple[Shape, Economics, float | None]] = {}
         plain: dict[int, MarketDecision] = {}
         plain_groups: dict[tuple[int, bool], list[Demand]] = {}
-        cheaper: dict[int, CheaperPools | None] = {}  # spec id → its cheaper pools down now
         waiting: dict[str, Outcome] = {}  # deadline jobs that wait for a cheaper spot pool (``_cheaper_pool_wait``)
         for job in jobs.values():
             # Only a notice (reclaim, rebalance) earns a replacement bought ahead: a drain the
@@ -493,11 +502,11 @@ class SpotfleetPolicy:
                 providers=_spot_providers(index, shape),
             )
             if spot_now and decision.markets == SPOT_ONLY:
-                if id(spec) not in cheaper:  # per spec, like its shape: a batch shares one
-                    cheaper[id(spec)] = _cheaper_pools(index, forecast, shape, knobs.restart_delay_h)
-                pools = cheaper[id(spec)]
+                pools = _cheaper_pools(index, forecast, shape, knobs.restart_delay_h)
                 why_wait = (
-                    None if pools is None else self._cheaper_pool_wait(job, shape, index, forecast, pools, now=now)
+                    None
+                    if pools is None
+                    else self._cheaper_pool_wait(job, shape, index, forecast, pools, slack, now=now)
                 )
                 if why_wait is not None:
                     result.markets[job.id] = MarketDecision((), why_wait)
