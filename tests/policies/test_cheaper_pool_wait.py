@@ -73,22 +73,23 @@ def test_once_the_cheap_zone_is_back_the_job_starts_there() -> None:
 
 
 def test_with_the_slack_short_the_dear_zone_is_taken() -> None:
-    # 1 h of slack: under the level at which an idle job may wait at all (``DeadlineThresholds.wait``)
-    _, _, result = _plan(deadline_h=49.0)
+    # 0.9 h of slack: under the 1.0 h at which an idle job may wait at all (``DeadlineThresholds.wait``
+    # with the default 10 min restart and margin)
+    _, _, result = _plan(deadline_h=48.9)
     (launch,) = launches(result.commands)
     assert launch.offering.zone == "z-dear" and launch.offering.market is Market.SPOT
 
 
 def test_a_long_outage_of_the_cheap_zone_is_bridged_in_the_dear_one() -> None:
-    # 4 h of slack over 48 h of work: ~13 reclaims expected at the prior hazard leave little for a
-    # wait, so the slack is more likely than not to bind and an hour of it costs more than the gap
+    # 4 h of slack over 48 h of work: ~22 reclaims expected at the AWS prior hazard (0.468/h) leave
+    # little for a 3 h wait, so the slack is likely to bind and an hour of it costs more than the gap
     _, _, result = _plan(deadline_h=52.0, down_h=3.0)
     (launch,) = launches(result.commands)
     assert launch.offering.zone == "z-dear"
 
 
 def test_a_gap_that_cannot_pay_a_restart_over_the_wait_is_not_waited_for() -> None:
-    # $0.50/h cheaper, back in about 2 h: $0.9 of gap over the wait against a $3.1 restart in the
+    # $0.54 cheaper per useful hour, back in 1.9 h: $0.95 of gap over the wait against a $2.58 restart in the
     # dear zone. Slack to spare does not change it: the job's migration would not move it back for
     # such a gap either, so the wait would only spend slack (GCP development set, docs/simulator.md)
     _, _, free = _plan(deadline_h=72.0, dear=15.5, down_h=2.0)
