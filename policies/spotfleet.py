@@ -703,12 +703,26 @@ class CheaperPools:
     cost: float  # their USD per useful hour of the job's work, weighted by how soon each returns
     gap: float  # the best pool up's USD per useful hour above ``cost``
     hazard: float  # their reclaim rate per instance, weighted alike
-    supply: SpotSupply  # their joint supply: up when any is (independent), down runs of ``wait_h``
+    supply: SpotSupply  # their joint supply: up when any is (independent shares), down runs of ``wait_h``
 
 
 _CHEAPER: weakref.WeakKeyDictionary[OfferingIndex, dict[tuple[Shape, float], CheaperPools | None]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def joint_outage_factor(pools: int) -> float:
+    """How much longer than independence says ``pools`` spot pools that are all
+    down stay so, until the first of them is back: ``√pools``.
+
+    A prior from the reference traces (``bench/joint_outages.py``): over every
+    subset of k zones, the mean length of the outages with all k down at once,
+    over the independent prediction ``1 / Σ 1/mean_down``, averaged over the
+    subsets — GCP H100 1.32, 1.58, 1.84 and AWS V100 (2023-02) 1.33, 1.68, 2.00
+    for k = 2, 3, 4; √k is 1.41, 1.73, 2.00. One zone is its own outage (1).
+    Zones fail together (a cloud's capacity crunch spans regions), so the first
+    zone back comes later than independent exponentials make it."""
+    return math.sqrt(max(1, pools))
 
 
 def _cheaper_pools(index: OfferingIndex, forecast: Forecast, shape: Shape, restart_h: float) -> CheaperPools | None:
@@ -717,9 +731,11 @@ def _cheaper_pools(index: OfferingIndex, forecast: Forecast, shape: Shape, resta
     A pool's cost per useful hour is ``market.spot_cost_per_work`` at its
     hazard: the class's for the pool up, for a pool down the larger of the
     learned one and one over its mean up run. Each down pool comes back after
-    an exponential down run of its observed mean, so the first of them is
-    expected after ``1 / Σ 1/mean_down`` and is each with a chance in
-    proportion to ``1/mean_down``."""
+    a down run of its observed mean; were they independent exponentials, the
+    first of them would be back after ``1 / Σ 1/mean_down``, each with a
+    chance in proportion to ``1/mean_down``. Zones of a cloud go down
+    together, so the wait is that times ``joint_outage_factor(k)`` for ``k``
+    pools (``√k``, from the reference traces)."""
     cache = _CHEAPER.setdefault(index, {})
     key = (shape, restart_h)
     if key in cache:
@@ -747,7 +763,7 @@ def _cheaper_pools(index: OfferingIndex, forecast: Forecast, shape: Shape, resta
         if down:
             rates = [1.0 / max(supply.mean_down_h, 1e-6) for supply, _, _ in down]
             total = sum(rates)
-            wait_h = 1.0 / total
+            wait_h = joint_outage_factor(len(down)) / total
             cost = sum(r * c for r, (_, _, c) in zip(rates, down, strict=True)) / total
             hazard = sum(r * h for r, (_, h, _) in zip(rates, down, strict=True)) / total
             none_up = math.prod(1.0 - supply.availability for supply, _, _ in down)

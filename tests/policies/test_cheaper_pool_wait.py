@@ -8,15 +8,17 @@ from datetime import timedelta
 from io import StringIO
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from spotfleet.cli.explain import render
 from spotfleet.model.offering import Market
 from spotfleet.model.snapshot import PoolAvailability
 from spotfleet.policies.explain import explain_job
+from spotfleet.policies.forecast import SpotSupply
 from spotfleet.policies.knobs import Knobs
 from spotfleet.policies.slack import cheaper_pool_wait
-from spotfleet.policies.spotfleet import SpotfleetPolicy
+from spotfleet.policies.spotfleet import SpotfleetPolicy, joint_outage_factor
 
 from .builders import T0, job, launches, offering, snapshot
 
@@ -26,23 +28,29 @@ def _spot(zone: str, price: float, *, up: bool = True) -> Any:
     return o if up else replace(o, available=False)
 
 
-def _plan(*, deadline_h: float, cheap_up: bool = False, dear: float = 70.0, down_h: float = 0.5) -> Any:
-    """A pending 48 h job (8 GPUs) with a dear zone up at ``dear``, a $15/h zone
-    (down unless ``cheap_up``) whose outages last ``down_h`` on average and whose
-    up runs last 20 h, and on-demand at $100/h; the controller watched 200 h."""
+def _plan(
+    *, deadline_h: float, cheap_up: bool = False, dear: float = 70.0, down_h: float = 0.5, cheap_zones: int = 1
+) -> Any:
+    """A pending 48 h job (8 GPUs) with a dear zone up at ``dear``, ``cheap_zones``
+    $15/h zones (down unless ``cheap_up``) whose outages last ``down_h`` on average
+    and whose up runs last 20 h, and on-demand at $100/h; the controller watched 200 h."""
     j = job("d", deadline=(T0 + timedelta(hours=deadline_h)).isoformat(), expected_duration="48h",
             checkpoint={"interval": "30m"}, resources={"gpus": 8})  # fmt: skip
-    offers = [_spot("z-dear", dear), _spot("z-cheap", 15.0, up=cheap_up), offering("a3", "H100", 8, 100.0, zone="z-od")]
+    cheap = [_spot("z-cheap" + ("" if n == 0 else str(n + 1)), 15.0, up=cheap_up) for n in range(cheap_zones)]
+    offers = [_spot("z-dear", dear), *cheap, offering("a3", "H100", 8, 100.0, zone="z-od")]
     runs = 200.0 / (20.0 + down_h)
     seen = (
         PoolAvailability(offers[0].key, up_hours=200.0, down_hours=0.0, ended_runs=0, up_for_h=200.0),
-        PoolAvailability(
-            offers[1].key,
-            up_hours=200.0 - runs * down_h,
-            down_hours=runs * down_h,
-            ended_runs=int(runs),
-            up_now=cheap_up,
-            recent_runs_h=(20.0,) * 8,
+        *(
+            PoolAvailability(
+                o.key,
+                up_hours=200.0 - runs * down_h,
+                down_hours=runs * down_h,
+                ended_runs=int(runs),
+                up_now=cheap_up,
+                recent_runs_h=(20.0,) * 8,
+            )
+            for o in cheap
         ),
     )
     snap = snapshot(jobs=[j], offerings=offers, availability=seen)
@@ -109,3 +117,16 @@ def test_the_scores() -> None:
     wait, take = cheaper_pool_wait(slack_value_per_h=80.0, wait_h=1.2, restart_h=0.2, gap_per_h=55.0,
                                    up_price_per_h=70.0)  # fmt: skip
     assert wait > take
+
+
+def test_zones_down_together_are_expected_back_later_than_independent_ones() -> None:
+    # two cheap zones down, each with the same record: independent exponentials would give
+    # the first back after mean_down / 2; zones fail together, so the rule expects √2 times that
+    assert [joint_outage_factor(k) for k in (1, 2, 4)] == [1.0, pytest.approx(2**0.5), 2.0]
+    _, snap, result = _plan(deadline_h=72.0, cheap_zones=2, down_h=1.5)
+    mean_down = SpotSupply.observed(snap.availability[1]).mean_down_h
+    outcome = result.outcomes["d"]
+    assert (outcome.status, outcome.code) == ("blocked", "waiting")
+    assert "2 pool(s) down now" in outcome.reason
+    assert f"expected back in {2**0.5 * mean_down / 2:.2f} h" in outcome.reason
+    assert f"expected back in {mean_down / 2:.2f} h" not in outcome.reason
