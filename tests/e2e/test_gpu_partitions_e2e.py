@@ -106,7 +106,7 @@ def test_two_fractions_get_mps_shares_and_a_job_over_its_memory_share_is_stopped
         half_view = " ".join(CliRunner().invoke(app, ["job", half, "--api", url]).output.split())
         assert "given 0.5 of a GPU, used 0.40" in half_view
     finally:
+        if service.scheduler.running:  # the controller first, so its next step launches nothing after stop_all
+            service.stop()
         for p in service.providers.values():
             p.stop_all()  # type: ignore[attr-defined]
-        if service.scheduler.running:
-            service.stop()

@@ -115,9 +115,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     finally:
         server.should_exit = True
         thread.join(10)
+        # the controller first: stopped after the instances, its next step could launch one more
+        # (an orphaned local instance seen after a CI run under four workers)
+        service.stop()
         for p in service.providers.values():
             p.stop_all()  # type: ignore[attr-defined]
-        service.stop()
     assert fl.off_origin == [], f"the browser tried to leave the controller: {fl.off_origin}"
 
 
