@@ -60,3 +60,10 @@ def test_a_subset_size_under_two_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
         bench().main([str(folder), "--sizes", "1"])
     assert exc.value.code == 2
+
+
+def test_help_names_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench().main(["--help"])
+    assert exc.value.code == 0
+    assert "independent" in capsys.readouterr().out
